@@ -1,0 +1,62 @@
+// The CPU backend: exact fp32 reference kernels. Activations are f32; weights may be
+// bf16, f16 or f32 and are widened to f32 as they are read. Shapes are checked by the
+// bindings (native/ops.cc) before these run.
+#pragma once
+#include <cstdint>
+
+#include "dtype.h"
+
+namespace mstar::cpu {
+
+// A weight-like operand: raw pointer plus its element type.
+struct Weights {
+  const void* data;
+  DType dtype;
+};
+
+// Fused qkv rows: [n, (numHeads + 2 * numKvHeads) * headDim], q heads first, then k, then v.
+struct HeadLayout {
+  int numHeads, numKvHeads, headDim;
+  int64_t rowWidth() const { return int64_t(numHeads + 2 * numKvHeads) * headDim; }
+};
+
+void embedding(float* out, Weights table, const int32_t* ids, int64_t n, int64_t dim);
+void rmsNorm(float* out, const float* x, Weights w, int64_t rows, int64_t dim, float eps);
+void addRmsNorm(float* residual, const float* x, Weights w, float* out, int64_t rows, int64_t dim, float eps);
+void headRmsNorm(float* qkv, Weights qw, Weights kw, int64_t n, HeadLayout l, float eps);
+// out[n, outF] = x[n, in] · W[outF, in]^T (+ bias[outF])
+void linear(float* out, const float* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF);
+// Rotates the first 2 * half dims of every q and k head (rotate-half / NeoX pairing).
+void rope(float* qkv, const int32_t* positions, const float* invFreq, int64_t n, HeadLayout l, int half);
+void siluMul(float* out, const float* gateUp, int64_t n, int64_t inter);
+void add(float* out, const float* a, const float* b, int64_t n);
+void gatherRows(float* out, const float* x, const int32_t* idx, int64_t m, int64_t dim);
+
+// Paged KV cache: [numBlocks, blockSize, numKvHeads, headDim] for k and for v.
+struct KvCache {
+  float* k;
+  float* v;
+  int64_t numBlocks, blockSize;
+};
+// Stores token i's k and v at slot slots[i] (= block * blockSize + offset); slot < 0 skips.
+void kvWrite(KvCache c, const float* qkv, const int32_t* slots, int64_t n, HeadLayout l);
+// Causal attention of each sequence's new tokens over its whole cached context.
+// Sequence s owns query rows [queryStarts[s], queryStarts[s+1]) and has contextLens[s]
+// tokens in the cache (its new tokens included, written by kvWrite first).
+void pagedAttention(float* out, const float* qkv, KvCache c, const int32_t* blockTables, int64_t maxBlocks,
+                    const int32_t* queryStarts, const int32_t* contextLens, int64_t numSeqs, HeadLayout l,
+                    float scale);
+
+struct SamplingRows {
+  const float* temperature;  // <= 0: greedy
+  const int32_t* topK;       // <= 0: no limit
+  const float* topP;         // >= 1: no limit
+  const int64_t* seeds;
+  const int32_t* steps;      // which draw of the request this is: same seed + step, same token
+};
+void sample(int32_t* outIds, const float* logits, int64_t n, int64_t vocab, SamplingRows p);
+// Log-softmax of the raw logits: the chosen token's logprob and the k most likely tokens.
+void logprobs(float* chosenLp, int32_t* topIds, float* topLp, int64_t k, const float* logits,
+              const int32_t* chosen, int64_t n, int64_t vocab);
+
+}  // namespace mstar::cpu

@@ -1,0 +1,12 @@
+// Reads tensor bytes straight from a checkpoint file into a tensor (never via the JS heap).
+#pragma once
+#include <napi.h>
+
+namespace mstar {
+
+// readInto(dst, dstElementOffset, path, fileOffset, srcDtype, count): reads `count`
+// elements of `srcDtype` at `fileOffset` of `path` and stores them, converted to dst's
+// dtype, from element `dstElementOffset` of `dst` on.
+Napi::Value ReadInto(const Napi::CallbackInfo& info);
+
+}  // namespace mstar

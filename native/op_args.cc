@@ -1,0 +1,62 @@
+#include "op_args.h"
+
+#include <sstream>
+
+namespace mstar {
+
+void OpArgs::fail(const std::string& msg) const { throw Napi::Error::New(info_.Env(), std::string(op_) + ": " + msg); }
+
+Tensor& OpArgs::tensor(size_t i, const char* name) const {
+  if (!Tensor::Is(info_[i])) fail(std::string(name) + " must be a Tensor");
+  Tensor* t = Tensor::Unwrap(info_[i].As<Napi::Object>());
+  if (t->disposed()) fail(std::string(name) + " is a disposed Tensor");
+  return *t;
+}
+
+Tensor* OpArgs::optionalTensor(size_t i, const char* name) const {
+  if (info_[i].IsNull() || info_[i].IsUndefined()) return nullptr;
+  return &tensor(i, name);
+}
+
+double OpArgs::number(size_t i, const char* name) const {
+  if (!info_[i].IsNumber()) fail(std::string(name) + " must be a number");
+  return info_[i].As<Napi::Number>().DoubleValue();
+}
+
+int OpArgs::integer(size_t i, const char* name, int min) const {
+  double v = number(i, name);
+  if (v != double(int(v)) || v < min) fail(std::string(name) + " must be an integer >= " + std::to_string(min));
+  return int(v);
+}
+
+void OpArgs::expectDType(const Tensor& t, DType d, const char* name) const {
+  if (t.dtype() != d) fail(std::string(name) + " must be " + dtypeName(d) + ", got " + t.describe());
+}
+
+void OpArgs::expectFloat(const Tensor& t, const char* name) const {
+  if (!isFloat(t.dtype())) fail(std::string(name) + " must be f32, bf16 or f16, got " + t.describe());
+}
+
+void OpArgs::expectRank(const Tensor& t, size_t rank, const char* name) const {
+  if (t.rank() != rank) fail(std::string(name) + " must have " + std::to_string(rank) + " dims, got " + t.describe());
+}
+
+void OpArgs::expectShape(const Tensor& t, std::initializer_list<int64_t> shape, const char* name) const {
+  bool ok = t.rank() == shape.size();
+  size_t i = 0;
+  for (int64_t d : shape) ok = ok && t.dim(i++) == d;
+  if (ok) return;
+  std::ostringstream s;
+  s << name << " must be [";
+  i = 0;
+  for (int64_t d : shape) s << (i++ ? ", " : "") << d;
+  s << "], got " << t.describe();
+  fail(s.str());
+}
+
+void OpArgs::expectCpu(std::initializer_list<const Tensor*> ts) const {
+  for (const Tensor* t : ts)
+    if (t && t->device() != Device::CPU) fail("tensors on the cuda device need the cuda backend, which this build lacks");
+}
+
+}  // namespace mstar
