@@ -1,0 +1,61 @@
+// The typed face of the native binding. Every op writes into caller-provided outputs and
+// has the same signature on every backend.
+
+export type DType = 'f32' | 'bf16' | 'f16' | 'i32' | 'i64';
+export type FloatDType = 'f32' | 'bf16' | 'f16';
+export type DeviceName = 'cpu' | 'cuda';
+
+/** A native tensor handle. Views share storage; dispose() drops this handle's reference. */
+export interface Tensor {
+  readonly dtype: DType;
+  readonly shape: number[];
+  readonly device: DeviceName;
+  readonly disposed: boolean;
+  /** Releases this handle; any later use throws "Tensor was disposed". */
+  dispose(): void;
+  /** The same elements under another shape (one size may be -1). */
+  view(shape: number[]): Tensor;
+  /** Rows [start, start + length) of dim 0, sharing storage. */
+  narrow(start: number, length: number): Tensor;
+  /** A copy of the elements: Float32Array for float dtypes, Int32Array, or BigInt64Array. */
+  toArray(): Float32Array | Int32Array | BigInt64Array;
+  /** Overwrites the elements (Float32Array fills any float dtype). */
+  copyFrom(data: Float32Array | Int32Array | BigInt64Array | Uint16Array): Tensor;
+}
+
+export interface BuildInfo {
+  cuda: boolean;
+  cpuThreads: number;
+}
+
+export interface Binding {
+  Tensor: abstract new () => Tensor;
+  empty(dtype: DType, shape: number[]): Tensor;
+  zeros(dtype: DType, shape: number[]): Tensor;
+  fromArray(dtype: DType, shape: number[], data: Float32Array | Int32Array | BigInt64Array | Uint16Array): Tensor;
+  /** Reads `count` elements of `srcDtype` at `fileOffset` of `path` into dst from element `dstOffset`. */
+  readInto(dst: Tensor, dstOffset: number, path: string, fileOffset: number, srcDtype: DType, count: number): void;
+  buildInfo(): BuildInfo;
+  cudaDevices(): { count: number; error?: string };
+
+  embedding(out: Tensor, table: Tensor, ids: Tensor): void;
+  rmsNorm(out: Tensor, x: Tensor, w: Tensor, eps: number): void;
+  /** residual += x; out = rmsNorm(residual) * w */
+  addRmsNorm(residual: Tensor, x: Tensor, w: Tensor, eps: number, out: Tensor): void;
+  /** In place on the q and k heads of a fused qkv tensor. */
+  headRmsNorm(qkv: Tensor, qWeight: Tensor, kWeight: Tensor, numHeads: number, numKvHeads: number, headDim: number, eps: number): void;
+  /** out = x · wᵀ (+ bias) */
+  linear(out: Tensor, x: Tensor, w: Tensor, bias: Tensor | null): void;
+  /** In place on q and k heads; rotates the first 2 * invFreq.length dims of each head. */
+  rope(qkv: Tensor, positions: Tensor, invFreq: Tensor, numHeads: number, numKvHeads: number, headDim: number): void;
+  siluMul(out: Tensor, gateUp: Tensor): void;
+  add(out: Tensor, a: Tensor, b: Tensor): void;
+  gatherRows(out: Tensor, x: Tensor, indices: Tensor): void;
+  kvWrite(kCache: Tensor, vCache: Tensor, qkv: Tensor, slots: Tensor, numHeads: number, numKvHeads: number, headDim: number): void;
+  pagedAttention(
+    out: Tensor, qkv: Tensor, kCache: Tensor, vCache: Tensor, blockTables: Tensor, queryStarts: Tensor,
+    contextLens: Tensor, numHeads: number, numKvHeads: number, headDim: number, scale: number,
+  ): void;
+  sample(outIds: Tensor, logits: Tensor, temperature: Tensor, topK: Tensor, topP: Tensor, seeds: Tensor, steps: Tensor): void;
+  logprobs(chosenLogprobs: Tensor, topIds: Tensor, topLogprobs: Tensor, logits: Tensor, chosen: Tensor): void;
+}

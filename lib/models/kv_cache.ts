@@ -1,0 +1,23 @@
+// The paged KV cache of a model: per layer, k and v as [blocks, blockSize, kvHeads, headDim].
+import { addon, type Tensor } from '../addon/index.js';
+import type { ModelConfig } from '../checkpoint/config.js';
+
+export class KvCache {
+  readonly k: Tensor[];
+  readonly v: Tensor[];
+
+  constructor(config: ModelConfig, readonly numBlocks: number, readonly blockSize: number) {
+    const shape = [numBlocks, blockSize, config.numKvHeads, config.headDim];
+    this.k = Array.from({ length: config.numLayers }, () => addon.zeros('f32', shape));
+    this.v = Array.from({ length: config.numLayers }, () => addon.zeros('f32', shape));
+  }
+
+  /** Bytes one cached token takes across all layers. */
+  static bytesPerToken(config: ModelConfig): number {
+    return 2 * config.numLayers * config.numKvHeads * config.headDim * 4;
+  }
+
+  dispose(): void {
+    for (const t of [...this.k, ...this.v]) t.dispose();
+  }
+}

@@ -1,0 +1,77 @@
+// The Llama decoder composed from addon ops. Qwen3 (qwen3.ts) is this model plus a
+// per-head RMSNorm on q and k.
+import { addon, type Tensor } from '../addon/index.js';
+import type { ModelConfig } from '../checkpoint/config.js';
+import type { KvCache } from './kv_cache.js';
+import { ropeInvFreq } from './rope.js';
+import type { StepTensors } from './step.js';
+import type { Weights } from './weights.js';
+
+export class LlamaModel {
+  protected readonly invFreq: Tensor;
+  private readonly scale: number;
+
+  constructor(readonly config: ModelConfig, readonly weights: Weights) {
+    const { invFreq } = ropeInvFreq(config.rope, config.headDim);
+    this.invFreq = addon.fromArray('f32', [invFreq.length], invFreq);
+    this.scale = 1 / Math.sqrt(config.headDim);
+  }
+
+  protected w(name: string): Tensor {
+    const t = this.weights.get(name);
+    if (!t) throw new Error(`${this.config.family}: weight ${name} was not loaded`);
+    return t;
+  }
+
+  protected bias(name: string): Tensor | null {
+    return this.weights.get(`${name}.bias`) ?? null;
+  }
+
+  /** Hook between the qkv projection and RoPE (Qwen3 normalises q and k heads here). */
+  protected normalizeQk(_qkv: Tensor, _layer: number): void {}
+
+  /** Runs one step and returns f32 logits [logitRows, vocab]. */
+  forward(step: StepTensors, kv: KvCache): Tensor {
+    const c = this.config;
+    const n = step.numTokens;
+    const H = c.numHeads, K = c.numKvHeads, hd = c.headDim;
+    const f32 = (...shape: number[]) => addon.empty('f32', shape);
+    const residual = f32(n, c.hiddenSize);
+    const x = f32(n, c.hiddenSize);
+    const qkv = f32(n, (H + 2 * K) * hd);
+    const attn = f32(n, H * hd);
+    const delta = f32(n, c.hiddenSize);
+    const gateUp = f32(n, 2 * c.intermediateSize);
+    const act = f32(n, c.intermediateSize);
+    const rows = step.logitRows.shape[0];
+    const last = f32(rows, c.hiddenSize);
+    const logits = f32(rows, c.vocabSize);
+
+    addon.embedding(residual, this.w('embed'), step.tokens);
+    addon.rmsNorm(x, residual, this.w('layers.0.attn_norm'), c.rmsNormEps);
+    for (let l = 0; l < c.numLayers; l++) {
+      const p = `layers.${l}`;
+      if (l > 0) addon.addRmsNorm(residual, delta, this.w(`${p}.attn_norm`), c.rmsNormEps, x);
+      addon.linear(qkv, x, this.w(`${p}.qkv`), this.bias(`${p}.qkv`));
+      this.normalizeQk(qkv, l);
+      addon.rope(qkv, step.positions, this.invFreq, H, K, hd);
+      addon.kvWrite(kv.k[l], kv.v[l], qkv, step.slots, H, K, hd);
+      addon.pagedAttention(attn, qkv, kv.k[l], kv.v[l], step.blockTables, step.queryStarts, step.contextLens, H, K, hd, this.scale);
+      addon.linear(delta, attn, this.w(`${p}.o`), this.bias(`${p}.o`));
+      addon.addRmsNorm(residual, delta, this.w(`${p}.mlp_norm`), c.rmsNormEps, x);
+      addon.linear(gateUp, x, this.w(`${p}.gate_up`), this.bias(`${p}.gate_up`));
+      addon.siluMul(act, gateUp);
+      addon.linear(delta, act, this.w(`${p}.down`), this.bias(`${p}.down`));
+    }
+    addon.addRmsNorm(residual, delta, this.w('final_norm'), c.rmsNormEps, x);
+    addon.gatherRows(last, x, step.logitRows);
+    addon.linear(logits, last, this.w('lm_head'), null);
+    for (const t of [residual, x, qkv, attn, delta, gateUp, act, last]) t.dispose();
+    return logits;
+  }
+
+  dispose(): void {
+    for (const t of new Set(this.weights.values())) t.dispose();
+    this.invFreq.dispose();
+  }
+}

@@ -1,0 +1,52 @@
+// What one forward step runs: the new tokens of every scheduled sequence, where their
+// keys and values go in the paged cache, and which rows need logits.
+import { addon, type Tensor } from '../addon/index.js';
+
+export interface StepInput {
+  /** New tokens of all sequences, concatenated. */
+  tokens: Int32Array;
+  /** Position of each token in its sequence. */
+  positions: Int32Array;
+  /** Cache slot of each token: block * blockSize + offset. */
+  slots: Int32Array;
+  /** Sequence s owns token rows [queryStarts[s], queryStarts[s + 1]). */
+  queryStarts: Int32Array;
+  /** Tokens of sequence s in the cache after this step (its new ones included). */
+  contextLens: Int32Array;
+  /** Row-major [sequences, maxBlocks]: the blocks holding each sequence's context. */
+  blockTables: Int32Array;
+  maxBlocks: number;
+  /** Token rows whose logits are wanted (usually each sequence's last token). */
+  logitRows: Int32Array;
+}
+
+/** The step's index arrays as addon tensors. */
+export interface StepTensors {
+  numTokens: number;
+  tokens: Tensor;
+  positions: Tensor;
+  slots: Tensor;
+  queryStarts: Tensor;
+  contextLens: Tensor;
+  blockTables: Tensor;
+  logitRows: Tensor;
+  dispose(): void;
+}
+
+export function stepTensors(s: StepInput): StepTensors {
+  const seqs = s.contextLens.length;
+  const all = {
+    tokens: addon.fromArray('i32', [s.tokens.length], s.tokens),
+    positions: addon.fromArray('i32', [s.positions.length], s.positions),
+    slots: addon.fromArray('i32', [s.slots.length], s.slots),
+    queryStarts: addon.fromArray('i32', [seqs + 1], s.queryStarts),
+    contextLens: addon.fromArray('i32', [seqs], s.contextLens),
+    blockTables: addon.fromArray('i32', [seqs, s.maxBlocks], s.blockTables),
+    logitRows: addon.fromArray('i32', [s.logitRows.length], s.logitRows),
+  };
+  return {
+    ...all,
+    numTokens: s.tokens.length,
+    dispose: () => Object.values(all).forEach((t) => t.dispose()),
+  };
+}
