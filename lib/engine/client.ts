@@ -1,0 +1,124 @@
+// The HTTP thread's handle on the engine thread. Requests go over a message port; each
+// request's outputs come back as an async iterable. Nothing here waits on the GPU or CPU work.
+import { join } from 'node:path';
+import { Worker } from 'node:worker_threads';
+
+import { packageRoot } from '../addon/loader.js';
+import type { EngineOptions } from './options.js';
+import type { FromEngine, ToEngine, WorkerInit } from './protocol.js';
+import type { EngineStats, GenerateRequest, ModelInfo, RequestOutput } from './types.js';
+
+export type { EngineOptions } from './options.js';
+
+/** A request's pending outputs and its waiting consumer. */
+class OutputQueue {
+  private readonly items: RequestOutput[] = [];
+  private wake?: () => void;
+  error?: Error;
+  done = false;
+
+  push(o: RequestOutput): void {
+    this.items.push(o);
+    if (o.finishReason) this.done = true;
+    this.wake?.();
+  }
+
+  fail(e: Error): void {
+    this.error = e;
+    this.done = true;
+    this.wake?.();
+  }
+
+  async *drain(): AsyncGenerator<RequestOutput> {
+    for (;;) {
+      while (this.items.length > 0) yield this.items.shift()!;
+      if (this.error) throw this.error;
+      if (this.done) return;
+      await new Promise<void>((r) => (this.wake = r));
+      this.wake = undefined;
+    }
+  }
+}
+
+export class EngineClient {
+  private readonly queues = new Map<string, OutputQueue>();
+  private latest: EngineStats;
+  private fatal?: Error;
+
+  private constructor(private readonly worker: Worker, readonly info: ModelInfo, stats: EngineStats) {
+    this.latest = stats;
+    worker.on('message', (m: FromEngine) => this.receive(m));
+    worker.on('error', (e) => this.die(e));
+    worker.on('exit', (code) => this.die(new Error(`the engine thread exited (code ${code})`)));
+  }
+
+  /** Starts the engine thread and resolves once the model is loaded. */
+  static start(options: EngineOptions): Promise<EngineClient> {
+    const { onProgress, ...init } = options;
+    const worker = new Worker(join(packageRoot(), 'dist', 'lib', 'engine', 'worker.js'), { workerData: init satisfies WorkerInit });
+    return new Promise((resolve, reject) => {
+      const onMessage = (m: FromEngine): void => {
+        if (m.type === 'progress') onProgress?.(m.message);
+        else if (m.type === 'fatal') reject(new Error(m.message));
+        else if (m.type === 'ready') {
+          worker.off('message', onMessage);
+          worker.off('error', reject);
+          resolve(new EngineClient(worker, m.info, m.stats));
+        }
+      };
+      worker.on('message', onMessage);
+      worker.on('error', reject);
+    });
+  }
+
+  generate(request: GenerateRequest): AsyncIterable<RequestOutput> {
+    const q = new OutputQueue();
+    if (this.fatal) q.fail(this.fatal);
+    else if (this.queues.has(request.id)) q.fail(new Error(`request id ${request.id} is already in use`));
+    else {
+      this.queues.set(request.id, q);
+      this.send({ type: 'add', request });
+    }
+    return q.drain();
+  }
+
+  abort(id: string): void {
+    if (this.queues.has(id)) this.send({ type: 'abort', id });
+  }
+
+  stats(): EngineStats {
+    return this.latest;
+  }
+
+  async close(): Promise<void> {
+    this.worker.removeAllListeners('exit');
+    await this.worker.terminate();
+  }
+
+  private send(m: ToEngine): void {
+    this.worker.postMessage(m);
+  }
+
+  private receive(m: FromEngine): void {
+    if (m.type === 'outputs') {
+      this.latest = m.stats;
+      for (const o of m.outputs) {
+        const q = this.queues.get(o.id);
+        if (!q) continue;
+        q.push(o);
+        if (o.finishReason) this.queues.delete(o.id);
+      }
+    } else if (m.type === 'rejected') {
+      this.queues.get(m.id)?.fail(new Error(m.message));
+      this.queues.delete(m.id);
+    } else if (m.type === 'fatal') {
+      this.die(new Error(m.message));
+    }
+  }
+
+  private die(e: Error): void {
+    this.fatal ??= e;
+    for (const q of this.queues.values()) q.fail(this.fatal);
+    this.queues.clear();
+  }
+}

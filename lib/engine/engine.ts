@@ -1,0 +1,136 @@
+// The engine: requests in, one scheduled step at a time, token outputs out. It runs on the
+// engine thread (worker.ts); nothing here waits on I/O.
+import { BlockManager } from './block_manager.js';
+import { ModelRunner } from './runner.js';
+import { Scheduler } from './scheduler.js';
+import { Sequence } from './sequence.js';
+import type { EngineStats, GenerateRequest, ModelInfo, RequestOutput } from './types.js';
+import { KvCache, type Model } from '../models/index.js';
+
+export interface EngineLimits {
+  maxModelLen: number;
+  maxBatchSize: number;
+  maxNumBatchedTokens: number;
+  blockSize: number;
+  numBlocks: number;
+  prefixCache: boolean;
+}
+
+export class EngineError extends Error {
+  override name = 'EngineError';
+}
+
+export class Engine {
+  readonly info: ModelInfo;
+  private readonly blocks: BlockManager;
+  private readonly scheduler: Scheduler;
+  private readonly runner: ModelRunner;
+  private readonly seqs = new Map<string, Sequence>();
+  private steps = 0;
+
+  constructor(readonly model: Model, readonly limits: EngineLimits) {
+    const c = model.config;
+    this.info = { family: c.family, maxModelLen: limits.maxModelLen, vocabSize: c.vocabSize, eosTokenIds: c.eosTokenIds };
+    this.blocks = new BlockManager(limits.numBlocks, limits.blockSize, limits.prefixCache);
+    this.scheduler = new Scheduler(this.blocks, limits, (seq) => this.salt(seq));
+    this.runner = new ModelRunner(model, new KvCache(c, limits.numBlocks, limits.blockSize));
+  }
+
+  /** Queues a request; throws EngineError (changing nothing) if it can never run. */
+  add(req: GenerateRequest): void {
+    const { promptIds, params } = req;
+    const fail = (msg: string): never => { throw new EngineError(`request ${req.id}: ${msg}`); };
+    if (this.seqs.has(req.id)) fail('a request with this id is already running');
+    if (promptIds.length === 0) fail('the prompt is empty');
+    const bad = promptIds.findIndex((t) => !Number.isInteger(t) || t < 0 || t >= this.info.vocabSize);
+    if (bad >= 0) fail(`prompt token ${bad} (${promptIds[bad]}) is not in the vocabulary [0, ${this.info.vocabSize})`);
+    const total = promptIds.length + params.maxTokens;
+    if (total > this.limits.maxModelLen) {
+      fail(`prompt (${promptIds.length} tokens) + max_tokens (${params.maxTokens}) exceeds the model's ${this.limits.maxModelLen}-token limit`);
+    }
+    if (this.blocks.blocksFor(total) > this.limits.numBlocks) {
+      fail(`needs ${this.blocks.blocksFor(total)} KV blocks but the cache has only ${this.limits.numBlocks}`);
+    }
+    const seq = new Sequence(req.id, [...promptIds], params, Date.now());
+    this.seqs.set(req.id, seq);
+    this.scheduler.add(seq);
+  }
+
+  /** Stops a request now and frees its blocks; returns its final output, if it was known. */
+  abort(id: string): RequestOutput | undefined {
+    const seq = this.seqs.get(id);
+    if (!seq) return undefined;
+    this.finish(seq);
+    return this.output(seq, [], undefined, 'abort');
+  }
+
+  hasWork(): boolean {
+    return this.scheduler.running.length + this.scheduler.waiting.length > 0;
+  }
+
+  step(): RequestOutput[] {
+    const batch = this.scheduler.schedule();
+    if (batch.length === 0) return [];
+    const sampled = this.runner.run(batch);
+    this.steps++;
+    const outputs: RequestOutput[] = [];
+    let i = 0;
+    for (const e of batch) {
+      e.seq.numComputed = e.start + e.count;
+      this.blocks.registerFull(e.seq, this.salt(e.seq));
+      if (!e.samples) continue;
+      const s = sampled[i++];
+      e.seq.outputIds.push(s.tokenId);
+      const reason = this.stopReason(e.seq, s.tokenId);
+      if (reason) this.finish(e.seq);
+      const stopToken = reason === 'stop' ? s.tokenId : undefined;
+      outputs.push(this.output(e.seq, [s.tokenId], s.logprob ? [s.logprob] : undefined, reason, stopToken));
+    }
+    return outputs;
+  }
+
+  stats(): EngineStats {
+    return {
+      running: this.scheduler.running.length,
+      waiting: this.scheduler.waiting.length,
+      kvBlocksTotal: this.blocks.numBlocks,
+      kvBlocksUsed: this.blocks.usedBlocks,
+      preemptions: this.scheduler.preemptions,
+      prefixCacheQueries: this.blocks.queries,
+      prefixCacheHits: this.blocks.hits,
+      steps: this.steps,
+    };
+  }
+
+  /** Prefix-cache salt: what besides the tokens changes a sequence's KV (nothing yet). */
+  private salt(_seq: Sequence): string {
+    return '';
+  }
+
+  private stopReason(seq: Sequence, token: number): 'stop' | 'length' | undefined {
+    const p = seq.params;
+    const n = seq.outputIds.length;
+    if (n >= p.minTokens) {
+      if (!p.ignoreEos && this.info.eosTokenIds.includes(token)) return 'stop';
+      if (p.stopTokenIds.includes(token)) return 'stop';
+    }
+    if (n >= p.maxTokens || seq.length >= this.limits.maxModelLen) return 'length';
+    return undefined;
+  }
+
+  private finish(seq: Sequence): void {
+    this.scheduler.remove(seq);
+    seq.status = 'finished';
+    this.seqs.delete(seq.id);
+  }
+
+  private output(
+    seq: Sequence, newTokenIds: number[], logprobs: RequestOutput['logprobs'], finishReason?: RequestOutput['finishReason'],
+    stopTokenId?: number,
+  ): RequestOutput {
+    return {
+      id: seq.id, newTokenIds, logprobs, finishReason, stopTokenId,
+      promptTokens: seq.promptIds.length, cachedPromptTokens: seq.cachedPromptTokens, outputTokens: seq.outputIds.length,
+    };
+  }
+}

@@ -1,0 +1,39 @@
+// How the engine is asked to start, and how its KV cache is sized from that.
+import { freemem } from 'node:os';
+
+import type { ModelConfig } from '../checkpoint/config.js';
+import { KvCache } from '../models/kv_cache.js';
+import type { EngineLimits } from './engine.js';
+
+export interface EngineOptions {
+  /** A Hugging Face checkpoint folder. */
+  model: string;
+  device: 'auto' | 'cpu' | 'cuda';
+  dtype?: 'bf16' | 'f16' | 'f32';
+  maxModelLen?: number;
+  maxBatchSize: number;
+  maxNumBatchedTokens: number;
+  kvCache: { blockSize: number; numBlocks?: number; memoryFraction?: number };
+  prefixCache: boolean;
+  onProgress?: (message: string) => void;
+}
+
+/** Without a size in the options, the CPU cache takes a quarter of free memory, at most 4 GiB. */
+const CPU_DEFAULT_KV_BYTES = 4 * 2 ** 30;
+
+export function engineLimits(config: ModelConfig, o: EngineOptions): EngineLimits {
+  const maxModelLen = o.maxModelLen ?? config.maxPositionEmbeddings;
+  if (maxModelLen > config.maxPositionEmbeddings) {
+    throw new Error(`max_seq_len ${maxModelLen} is above the model's max_position_embeddings (${config.maxPositionEmbeddings})`);
+  }
+  const blockSize = o.kvCache.blockSize;
+  const bytes = o.kvCache.memoryFraction !== undefined
+    ? o.kvCache.memoryFraction * freemem()
+    : Math.min(CPU_DEFAULT_KV_BYTES, freemem() / 4);
+  const numBlocks = o.kvCache.numBlocks ?? Math.floor(bytes / (KvCache.bytesPerToken(config) * blockSize));
+  if (numBlocks < 1) throw new Error(`the KV cache has room for no block of ${blockSize} tokens`);
+  return {
+    maxModelLen, blockSize, numBlocks,
+    maxBatchSize: o.maxBatchSize, maxNumBatchedTokens: o.maxNumBatchedTokens, prefixCache: o.prefixCache,
+  };
+}

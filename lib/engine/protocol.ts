@@ -1,0 +1,17 @@
+// Messages between the HTTP thread (client.ts) and the engine thread (worker.ts).
+import type { EngineOptions } from './options.js';
+import type { EngineStats, GenerateRequest, ModelInfo, RequestOutput } from './types.js';
+
+export type ToEngine =
+  | { type: 'add'; request: GenerateRequest }
+  | { type: 'abort'; id: string }
+  | { type: 'close' };
+
+export type FromEngine =
+  | { type: 'progress'; message: string }
+  | { type: 'ready'; info: ModelInfo; stats: EngineStats }
+  | { type: 'outputs'; outputs: RequestOutput[]; stats: EngineStats }
+  | { type: 'rejected'; id: string; message: string }
+  | { type: 'fatal'; message: string };
+
+export type WorkerInit = Omit<EngineOptions, 'onProgress'>;

@@ -1,0 +1,102 @@
+// Continuous batching: each step, running sequences go first (decode, or the next chunk of
+// their prefill), then waiting ones join in arrival order while the token budget, the
+// batch size and the KV blocks allow. When blocks run out, the newest running sequence is
+// preempted (its blocks freed, recomputed later), so the step never fails for lack of memory.
+import type { BlockManager } from './block_manager.js';
+import type { Sequence } from './sequence.js';
+
+export interface SchedulerLimits {
+  maxBatchSize: number;
+  maxNumBatchedTokens: number;
+}
+
+export interface ScheduledSeq {
+  seq: Sequence;
+  /** Tokens [start, start + count) run this step. */
+  start: number;
+  count: number;
+  /** True when this chunk reaches the end of the sequence, so a token is sampled. */
+  samples: boolean;
+}
+
+export class Scheduler {
+  readonly waiting: Sequence[] = [];
+  readonly running: Sequence[] = [];
+  preemptions = 0;
+
+  constructor(
+    private readonly blocks: BlockManager,
+    private readonly limits: SchedulerLimits,
+    /** Prefix-cache salt of a sequence: everything besides tokens that changes its KV. */
+    private readonly saltOf: (seq: Sequence) => string = () => '',
+  ) {}
+
+  add(seq: Sequence): void {
+    this.waiting.push(seq);
+  }
+
+  /** Removes a sequence wherever it is and frees its blocks. */
+  remove(seq: Sequence): void {
+    for (const list of [this.waiting, this.running]) {
+      const i = list.indexOf(seq);
+      if (i >= 0) list.splice(i, 1);
+    }
+    this.blocks.release(seq);
+  }
+
+  schedule(): ScheduledSeq[] {
+    const out: ScheduledSeq[] = [];
+    let budget = this.limits.maxNumBatchedTokens;
+    const preemptionsBefore = this.preemptions;
+
+    for (let i = 0; i < this.running.length && budget > 0; ) {
+      const seq = this.running[i];
+      const count = Math.min(seq.pending, budget);
+      if (!this.reserveOrPreempt(seq, count)) continue;  // seq itself was preempted
+      out.push(this.entry(seq, count));
+      budget -= count;
+      i++;
+    }
+
+    // After a preemption memory is short: admit nobody until the running ones have moved on.
+    if (this.preemptions > preemptionsBefore) return out;
+    while (this.waiting.length > 0 && budget > 0 && this.running.length < this.limits.maxBatchSize) {
+      const seq = this.waiting[0];
+      if (seq.blocks.length === 0) {
+        seq.numComputed = this.blocks.attachPrefix(seq, this.saltOf(seq));
+        if (seq.outputIds.length === 0) seq.cachedPromptTokens = seq.numComputed;
+      }
+      const count = Math.min(seq.pending, budget);
+      if (!this.blocks.reserve(seq, seq.numComputed + count)) break;  // first come, first served
+      this.waiting.shift();
+      seq.status = 'running';
+      this.running.push(seq);
+      out.push(this.entry(seq, count));
+      budget -= count;
+    }
+    return out;
+  }
+
+  private entry(seq: Sequence, count: number): ScheduledSeq {
+    return { seq, start: seq.numComputed, count, samples: seq.numComputed + count === seq.length };
+  }
+
+  /** Reserves blocks for seq's next `count` tokens, preempting the newest runners if needed. */
+  private reserveOrPreempt(seq: Sequence, count: number): boolean {
+    while (!this.blocks.reserve(seq, seq.numComputed + count)) {
+      const victim = this.running[this.running.length - 1];
+      this.preempt(victim);
+      if (victim === seq) return false;
+    }
+    return true;
+  }
+
+  private preempt(seq: Sequence): void {
+    this.running.splice(this.running.indexOf(seq), 1);
+    this.blocks.release(seq);
+    seq.numComputed = 0;
+    seq.status = 'waiting';
+    this.waiting.unshift(seq);
+    this.preemptions++;
+  }
+}

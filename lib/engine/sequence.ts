@@ -1,0 +1,47 @@
+// One request's state inside the engine: its tokens, its KV blocks, how far it is computed.
+import type { SamplingParams } from './types.js';
+
+export type SequenceStatus = 'waiting' | 'running' | 'finished';
+
+export class Sequence {
+  status: SequenceStatus = 'waiting';
+  readonly outputIds: number[] = [];
+  /** KV blocks holding tokens [0, numComputed), in order. */
+  blocks: number[] = [];
+  /** Tokens whose keys and values are in the cache. */
+  numComputed = 0;
+  /** Prompt tokens that came from the prefix cache at admission. */
+  cachedPromptTokens = 0;
+  /** Prefix-cache hashes of this sequence's full blocks (computed lazily, kept across preemption). */
+  blockHashes: string[] = [];
+  /** The seed the sampler uses (the request's, or a random one). */
+  readonly seed: bigint;
+
+  constructor(
+    readonly id: string,
+    readonly promptIds: readonly number[],
+    readonly params: SamplingParams,
+    readonly arrival: number,
+  ) {
+    this.seed = BigInt(params.seed ?? Math.floor(Math.random() * Number.MAX_SAFE_INTEGER));
+  }
+
+  get length(): number {
+    return this.promptIds.length + this.outputIds.length;
+  }
+
+  tokenAt(i: number): number {
+    return i < this.promptIds.length ? this.promptIds[i] : this.outputIds[i - this.promptIds.length];
+  }
+
+  tokens(start: number, end: number): number[] {
+    const out: number[] = [];
+    for (let i = start; i < end; i++) out.push(this.tokenAt(i));
+    return out;
+  }
+
+  /** Tokens still to run through the model before the next sample. */
+  get pending(): number {
+    return this.length - this.numComputed;
+  }
+}

@@ -1,0 +1,125 @@
+// The engine's scheduling must never change what a request generates: batching, chunked
+// prefill, preemption and the prefix cache all give each request its tokens run alone.
+import { describe, expect, it } from 'vitest';
+
+import { readParityFixture } from '../parity/fixture.js';
+import { engine, greedy, prompts, runAll } from './helpers.js';
+
+const lengths = [1, 3, 9, 16, 17, 31, 33, 40, 5, 64, 2, 15, 48, 7, 20, 90];
+const reqs = prompts(lengths);
+
+function alone(p: number[], maxTokens: number): number[] {
+  const e = engine();
+  e.add({ id: 'x', promptIds: p, params: greedy(maxTokens) });
+  return runAll(e).get('x')!.tokens;
+}
+
+describe('engine scheduling', () => {
+  const expected = reqs.map((p, i) => alone(p, 4 + (i % 5)));
+
+  it('reproduces the HF greedy tokens for the fixture prompts', () => {
+    const fx = readParityFixture('tiny-qwen3');
+    const e = engine();
+    fx.cases.forEach((c, i) => e.add({ id: `${i}`, promptIds: c.promptIds, params: greedy(c.outputIds.length) }));
+    const out = runAll(e);
+    fx.cases.forEach((c, i) => expect(out.get(`${i}`)!.tokens).toEqual(c.outputIds));
+  });
+
+  it('16 concurrent requests of mixed lengths get the tokens each gets alone', () => {
+    const e = engine();
+    reqs.forEach((p, i) => e.add({ id: `${i}`, promptIds: p, params: greedy(4 + (i % 5)) }));
+    const out = runAll(e);
+    reqs.forEach((_, i) => {
+      expect(out.get(`${i}`)!.tokens).toEqual(expected[i]);
+      expect(out.get(`${i}`)!.last.finishReason).toBe('length');
+    });
+    expect(e.stats().running + e.stats().waiting).toBe(0);
+  });
+
+  it('chunked prefill under a small token budget and a small batch changes nothing', () => {
+    const e = engine({ maxNumBatchedTokens: 11, maxBatchSize: 3 });
+    reqs.forEach((p, i) => e.add({ id: `${i}`, promptIds: p, params: greedy(4 + (i % 5)) }));
+    const out = runAll(e);
+    reqs.forEach((_, i) => expect(out.get(`${i}`)!.tokens).toEqual(expected[i]));
+  });
+
+  it('preempts under a tiny KV budget and still completes every request correctly', () => {
+    const e = engine({ numBlocks: 20, blockSize: 4 });
+    reqs.slice(0, 10).forEach((p, i) => e.add({ id: `${i}`, promptIds: p, params: greedy(4 + (i % 5)) }));
+    const out = runAll(e);
+    reqs.slice(0, 10).forEach((_, i) => expect(out.get(`${i}`)!.tokens).toEqual(expected[i]));
+    expect(e.stats().preemptions).toBeGreaterThan(0);
+    expect(e.stats().kvBlocksUsed).toBe(0);
+  });
+
+  it('serves a repeated prefix from the cache with the same tokens', () => {
+    const e = engine({ blockSize: 4 });
+    const p = reqs[15];
+    e.add({ id: 'a', promptIds: p, params: greedy(6) });
+    const first = runAll(e).get('a')!;
+    e.add({ id: 'b', promptIds: p, params: greedy(6) });
+    const second = runAll(e).get('b')!;
+    expect(second.tokens).toEqual(first.tokens);
+    expect(first.last.cachedPromptTokens).toBe(0);
+    expect(second.last.cachedPromptTokens).toBe(88);  // 22 full blocks of 4, leaving 2 tokens to run
+    expect(e.stats().prefixCacheHits).toBe(88);
+  });
+
+  it('abort frees the request and its blocks at once', () => {
+    const e = engine();
+    e.add({ id: 'a', promptIds: reqs[9], params: greedy(50) });
+    e.step();
+    expect(e.stats().kvBlocksUsed).toBeGreaterThan(0);
+    expect(e.abort('a')!.finishReason).toBe('abort');
+    expect(e.stats().kvBlocksUsed).toBe(0);
+    expect(e.hasWork()).toBe(false);
+  });
+
+  it('stops at EOS and at stop token ids, but not before min_tokens', () => {
+    const p = reqs[3];
+    const free = alone(p, 8);
+    const stopAt = free[3];
+    const e = engine();
+    e.add({ id: 's', promptIds: p, params: greedy(8, { stopTokenIds: [stopAt] }) });
+    e.add({ id: 'm', promptIds: p, params: greedy(8, { stopTokenIds: [stopAt], minTokens: 8 }) });
+    const out = runAll(e);
+    const idx = free.indexOf(stopAt);
+    expect(out.get('s')!.tokens).toEqual(free.slice(0, idx + 1));
+    expect(out.get('s')!.last).toMatchObject({ finishReason: 'stop', stopTokenId: stopAt });
+    expect(out.get('m')!.tokens).toEqual(free);
+  });
+
+  it('seeded sampling draws the same tokens alone and in a batch', () => {
+    const params = greedy(10, { temperature: 0.9, topK: 50, topP: 0.95, seed: 1234 });
+    const solo = engine();
+    solo.add({ id: 'x', promptIds: reqs[4], params });
+    const a = runAll(solo).get('x')!.tokens;
+    const batch = engine({ maxNumBatchedTokens: 13 });
+    reqs.forEach((p, i) => batch.add({ id: `${i}`, promptIds: p, params: i === 4 ? params : greedy(3) }));
+    expect(runAll(batch).get('4')!.tokens).toEqual(a);
+  });
+
+  it('refuses requests it can never run, changing nothing', () => {
+    const e = engine({ numBlocks: 4, blockSize: 4 });
+    expect(() => e.add({ id: 'a', promptIds: [], params: greedy(1) })).toThrow(/prompt is empty/);
+    expect(() => e.add({ id: 'a', promptIds: [99999], params: greedy(1) })).toThrow(/not in the vocabulary/);
+    expect(() => e.add({ id: 'a', promptIds: reqs[0], params: greedy(300) })).toThrow(/256-token limit/);
+    expect(() => e.add({ id: 'a', promptIds: reqs[7], params: greedy(1) })).toThrow(/KV blocks/);
+    expect(e.hasWork()).toBe(false);
+  });
+
+  it('returns logprobs of the chosen token and the top tokens', () => {
+    const fx = readParityFixture('tiny-qwen3');
+    const c = fx.cases[2];
+    const e = engine();
+    e.add({ id: 'l', promptIds: c.promptIds, params: greedy(3, { logprobs: 5 }) });
+    const outs = [];
+    while (e.hasWork()) outs.push(...e.step());
+    outs.forEach((o, step) => {
+      const lp = o.logprobs![0];
+      expect(lp.tokenId).toBe(c.outputIds[step]);
+      expect(lp.top.map(([id]) => id)).toEqual(c.topLogprobs[step].map(([id]) => id));
+      expect(Math.abs(lp.logprob - c.topLogprobs[step][0][1])).toBeLessThan(1e-4);
+    });
+  });
+});
