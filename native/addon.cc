@@ -51,6 +51,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports["buildInfo"] = Napi::Function::New<BuildInfo>(env, "buildInfo");
   exports["cudaDevices"] = Napi::Function::New<CudaDevices>(env, "cudaDevices");
   RegisterOps(env, exports);
+  RegisterLoraOps(env, exports);
   return exports;
 }
 

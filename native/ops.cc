@@ -33,6 +33,7 @@ cpu::KvCache kvCache(const OpArgs& a, Tensor& k, Tensor& v, cpu::HeadLayout l) {
   a.expectDType(k, DType::F32, "kCache");
   a.expectRank(k, 4, "kCache");
   a.expectShape(k, {k.dim(0), k.dim(1), l.numKvHeads, l.headDim}, "kCache ([blocks, blockSize, numKvHeads, headDim])");
+  a.expect(k.dim(1) > 0, "kCache " + k.describe() + " must have a block size of at least 1");  // slots divide by it
   a.expectShape(v, {k.dim(0), k.dim(1), l.numKvHeads, l.headDim}, "vCache (the shape of kCache)");
   a.expectDType(v, DType::F32, "vCache");
   return {k.ptr<float>(), v.ptr<float>(), k.dim(0), k.dim(1)};
@@ -62,6 +63,7 @@ Napi::Value RmsNorm(const Napi::CallbackInfo& info) {
   a.expectFloat(w, "w");
   a.expectRank(w, 1, "w");
   int64_t d = w.dim(0);
+  a.expect(d > 0, "w " + w.describe() + " must not be empty");  // rows = x.numel() / d below
   a.expect(x.rank() >= 1 && x.dim(x.rank() - 1) == d, "x " + x.describe() + " must end in the length of w " + w.describe());
   a.expect(out.numel() == x.numel(), "out " + out.describe() + " must have as many elements as x " + x.describe());
   cpu::rmsNorm(out.ptr<float>(), x.ptr<float>(), a.weights(w), x.numel() / d, d, eps);

@@ -214,7 +214,14 @@ static Napi::Value make(const Napi::CallbackInfo& info, bool zero) {
     throw Napi::TypeError::New(env, e.what());
   }
   std::vector<int64_t> shape = parseShape(info[1], "shape");
-  size_t bytes = size_t(product(shape)) * dtypeSize(dtype);
+  // Refuse sizes whose byte count would overflow instead of allocating a wrong-sized buffer.
+  const int64_t limit = int64_t(1) << 48;
+  int64_t elements = 1;
+  for (int64_t d : shape) {
+    if (d != 0 && elements > limit / d) throw Napi::RangeError::New(env, "shape is too large to allocate");
+    elements *= d;
+  }
+  size_t bytes = size_t(elements) * dtypeSize(dtype);
   auto storage = std::make_shared<Storage>(Device::CPU, bytes);
   if (zero) std::memset(storage->data, 0, bytes);
   return Tensor::New(env, storage, dtype, shape, 0);

@@ -58,4 +58,14 @@ export interface Binding {
   ): void;
   sample(outIds: Tensor, logits: Tensor, temperature: Tensor, topK: Tensor, topP: Tensor, seeds: Tensor, steps: Tensor): void;
   logprobs(chosenLogprobs: Tensor, topIds: Tensor, topLogprobs: Tensor, logits: Tensor, chosen: Tensor): void;
+
+  /** t[n, S*R] = per row, x · A[slotOfRow]ᵀ; rows of slot 0 get zeros. a: [slots, S*R, in]. */
+  loraShrink(t: Tensor, x: Tensor, a: Tensor, slotOfRow: Tensor): void;
+  /** out[n, outF] += per row, t(slice of each output row) · B[slotOfRow]ᵀ. b: [slots, outF, R]. */
+  loraExpand(out: Tensor, t: Tensor, b: Tensor, slotOfRow: Tensor, sliceStarts: Tensor): void;
+  /** dst[rowOffset.., colOffset..] = scale * src (or srcᵀ); both 2-D float tensors. */
+  copyRegion(dst: Tensor, src: Tensor, rowOffset: number, colOffset: number, scale: number, transpose: boolean): void;
+  fill(t: Tensor, value: number): void;
+  /** Largest |a - b| over two float tensors of one shape; NaN if either holds a NaN. */
+  maxAbsDiff(a: Tensor, b: Tensor): number;
 }

@@ -1,0 +1,63 @@
+// Segmented LoRA for a batch whose rows each run their own adapter slot (slot 0 = none).
+// Shrink: t = x · Aᵀ into rank space, per slice of a fused weight. Expand: out += t · Bᵀ,
+// where each output row reads the rank block of the slice it belongs to. The adapter's
+// scale is folded into B when the slot is loaded.
+#include <algorithm>
+
+#include "cpu/ops.h"
+#include "thread_pool.h"
+
+namespace mstar::cpu {
+
+void loraShrink(float* t, const float* x, Weights a, const int32_t* slotOfRow, int64_t n, int64_t in,
+                int64_t rankRows) {
+  parallelFor(n * rankRows, 64, [&](int64_t b, int64_t e) {
+    for (int64_t j = b; j < e; ++j) {
+      int64_t r = j / rankRows, k = j % rankRows;
+      int32_t slot = slotOfRow[r];
+      if (slot == 0) {
+        t[j] = 0;
+        continue;
+      }
+      size_t row = (size_t(slot) * size_t(rankRows) + size_t(k)) * size_t(in);
+      float acc = 0;
+      for (int64_t i = 0; i < in; ++i) acc += x[r * in + i] * loadFloat(a.data, a.dtype, row + size_t(i));
+      t[j] = acc;
+    }
+  });
+}
+
+void loraExpand(float* out, const float* t, Weights b, const int32_t* slotOfRow, const int32_t* sliceStarts,
+                int64_t numSlices, int64_t n, int64_t outF, int64_t rank) {
+  parallelFor(n, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      int32_t slot = slotOfRow[r];
+      if (slot == 0) continue;
+      for (int64_t s = 0; s < numSlices; ++s) {
+        const float* ts = t + (r * numSlices + s) * rank;
+        for (int64_t o = sliceStarts[s]; o < sliceStarts[s + 1]; ++o) {
+          size_t row = (size_t(slot) * size_t(outF) + size_t(o)) * size_t(rank);
+          float acc = 0;
+          for (int64_t k = 0; k < rank; ++k) acc += ts[k] * loadFloat(b.data, b.dtype, row + size_t(k));
+          out[r * outF + o] += acc;
+        }
+      }
+    }
+  });
+}
+
+void copyRegion(void* dst, DType dt, int64_t dstCols, const void* src, DType st, int64_t rows, int64_t cols,
+                int64_t rowOffset, int64_t colOffset, float scale, bool transpose) {
+  // Reads src[rows, cols] (or its transpose) and writes scale * it at (rowOffset, colOffset).
+  int64_t outRows = transpose ? cols : rows, outCols = transpose ? rows : cols;
+  for (int64_t i = 0; i < outRows; ++i) {
+    for (int64_t j = 0; j < outCols; ++j) {
+      float v = scale * loadFloat(src, st, size_t(transpose ? j * cols + i : i * cols + j));
+      size_t at = size_t((rowOffset + i) * dstCols + colOffset + j);
+      if (dt == DType::F32) static_cast<float*>(dst)[at] = v;
+      else static_cast<uint16_t*>(dst)[at] = dt == DType::BF16 ? f32ToBf16(v) : f32ToF16(v);
+    }
+  }
+}
+
+}  // namespace mstar::cpu
