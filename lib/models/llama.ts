@@ -2,6 +2,7 @@
 // per-head RMSNorm on q and k.
 import { addon, type Tensor } from '../addon/index.js';
 import type { ModelConfig } from '../checkpoint/config.js';
+import type { LoraTarget, SlotWeights } from '../lora/slot_weights.js';
 import type { KvCache } from './kv_cache.js';
 import { ropeInvFreq } from './rope.js';
 import type { StepTensors } from './step.js';
@@ -10,6 +11,8 @@ import type { Weights } from './weights.js';
 export class LlamaModel {
   protected readonly invFreq: Tensor;
   private readonly scale: number;
+  /** The adapter pool's slot weights, when LoRA is on; rows then add their slot's delta. */
+  lora?: SlotWeights;
 
   constructor(readonly config: ModelConfig, readonly weights: Weights) {
     const { invFreq } = ropeInvFreq(config.rope, config.headDim);
@@ -48,30 +51,61 @@ export class LlamaModel {
     const logits = f32(rows, c.vocabSize);
 
     addon.embedding(residual, this.w('embed'), step.tokens);
+    const lora = step.lora && this.lora ? { plan: step.lora, weights: this.lora } : undefined;
+    if (lora) this.loraEmbedding(residual, lora.weights, lora.plan);
+    const withLora = (name: string, out: Tensor, input: Tensor, slots = lora?.plan.rowSlots) => {
+      const t = lora?.weights.targets.get(name);
+      if (t && slots) applyLora(out, input, t, slots);
+    };
     addon.rmsNorm(x, residual, this.w('layers.0.attn_norm'), c.rmsNormEps);
     for (let l = 0; l < c.numLayers; l++) {
       const p = `layers.${l}`;
       if (l > 0) addon.addRmsNorm(residual, delta, this.w(`${p}.attn_norm`), c.rmsNormEps, x);
       addon.linear(qkv, x, this.w(`${p}.qkv`), this.bias(`${p}.qkv`));
+      withLora(`${p}.qkv`, qkv, x);
       this.normalizeQk(qkv, l);
       addon.rope(qkv, step.positions, this.invFreq, H, K, hd);
       addon.kvWrite(kv.k[l], kv.v[l], qkv, step.slots, H, K, hd);
       addon.pagedAttention(attn, qkv, kv.k[l], kv.v[l], step.blockTables, step.queryStarts, step.contextLens, H, K, hd, this.scale);
       addon.linear(delta, attn, this.w(`${p}.o`), this.bias(`${p}.o`));
+      withLora(`${p}.o`, delta, attn);
       addon.addRmsNorm(residual, delta, this.w(`${p}.mlp_norm`), c.rmsNormEps, x);
       addon.linear(gateUp, x, this.w(`${p}.gate_up`), this.bias(`${p}.gate_up`));
+      withLora(`${p}.gate_up`, gateUp, x);
       addon.siluMul(act, gateUp);
       addon.linear(delta, act, this.w(`${p}.down`), this.bias(`${p}.down`));
+      withLora(`${p}.down`, delta, act);
     }
     addon.addRmsNorm(residual, delta, this.w('final_norm'), c.rmsNormEps, x);
     addon.gatherRows(last, x, step.logitRows);
     addon.linear(logits, last, this.w('lm_head'), null);
+    withLora('lm_head', logits, last, lora?.plan.logitSlots);
     for (const t of [residual, x, qkv, attn, delta, gateUp, act, last]) t.dispose();
     return logits;
+  }
+
+  private loraEmbedding(residual: Tensor, weights: SlotWeights, plan: NonNullable<StepTensors['lora']>): void {
+    const t = weights.targets.get('embed');
+    if (!t) return;
+    const [slots, vocab, rank] = t.a.shape;
+    const table = t.a.view([slots * vocab, rank]);
+    const shrunk = addon.empty('f32', [plan.embedRows.shape[0], rank]);
+    addon.gatherRows(shrunk, table, plan.embedRows);
+    addon.loraExpand(residual, shrunk, t.b, plan.rowSlots, t.sliceStarts);
+    shrunk.dispose();
+    table.dispose();
   }
 
   dispose(): void {
     for (const t of new Set(this.weights.values())) t.dispose();
     this.invFreq.dispose();
   }
+}
+
+/** out += (input · Aᵀ) · Bᵀ per row, with each row's slot. */
+function applyLora(out: Tensor, input: Tensor, t: LoraTarget, slots: Tensor): void {
+  const shrunk = addon.empty('f32', [input.shape[0], t.b.shape[2] * t.sliceOffsets.length]);
+  addon.loraShrink(shrunk, input, t.a, slots);
+  addon.loraExpand(out, shrunk, t.b, slots, t.sliceStarts);
+  shrunk.dispose();
 }

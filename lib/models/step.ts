@@ -18,6 +18,18 @@ export interface StepInput {
   maxBlocks: number;
   /** Token rows whose logits are wanted (usually each sequence's last token). */
   logitRows: Int32Array;
+  /** Present when some row runs an adapter: the LoRA plan of the step. */
+  lora?: LoraPlan;
+}
+
+/** Which adapter slot each row runs (0 = none), in buffers whose shape only the batch sets. */
+export interface LoraPlan {
+  /** Slot of each token row. */
+  rowSlots: Int32Array;
+  /** Slot of each logit row. */
+  logitSlots: Int32Array;
+  /** Row of each token in the embedding adapters' stacked Aᵀ: slot * vocab + token. */
+  embedRows: Int32Array;
 }
 
 /** The step's index arrays as addon tensors. */
@@ -30,6 +42,7 @@ export interface StepTensors {
   contextLens: Tensor;
   blockTables: Tensor;
   logitRows: Tensor;
+  lora?: { rowSlots: Tensor; logitSlots: Tensor; embedRows: Tensor };
   dispose(): void;
 }
 
@@ -44,9 +57,15 @@ export function stepTensors(s: StepInput): StepTensors {
     blockTables: addon.fromArray('i32', [seqs, s.maxBlocks], s.blockTables),
     logitRows: addon.fromArray('i32', [s.logitRows.length], s.logitRows),
   };
+  const lora = s.lora && {
+    rowSlots: addon.fromArray('i32', [s.lora.rowSlots.length], s.lora.rowSlots),
+    logitSlots: addon.fromArray('i32', [s.lora.logitSlots.length], s.lora.logitSlots),
+    embedRows: addon.fromArray('i32', [s.lora.embedRows.length], s.lora.embedRows),
+  };
   return {
     ...all,
+    lora,
     numTokens: s.tokens.length,
-    dispose: () => Object.values(all).forEach((t) => t.dispose()),
+    dispose: () => [...Object.values(all), ...Object.values(lora ?? {})].forEach((t) => t.dispose()),
   };
 }

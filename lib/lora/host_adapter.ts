@@ -1,0 +1,60 @@
+// An adapter read into host memory (the host cache): its A and B tensors as stored in the
+// file, ready to be copied into any slot without touching the disk again.
+import { addon, type FloatDType, type Tensor } from '../addon/index.js';
+import type { TensorEntry } from '../checkpoint/safetensors.js';
+import type { Weights } from '../models/weights.js';
+import type { Adapter, AdapterModule } from './adapter.js';
+import { AdapterError } from './errors.js';
+
+const DTYPE: Record<string, FloatDType> = { BF16: 'bf16', F16: 'f16', F32: 'f32' };
+
+export interface HostModule {
+  module: AdapterModule;
+  a: Tensor;
+  b: Tensor;
+}
+
+export class HostAdapter {
+  private constructor(readonly adapter: Adapter, readonly modules: HostModule[], readonly bytes: number) {}
+
+  /** Reads every A and B; checks PEFT's saved base copies against the served base weights. */
+  static read(adapter: Adapter, base: Weights): HostAdapter {
+    const owned: Tensor[] = [];
+    try {
+      for (const copy of adapter.baseCopies) {
+        const t = readEntry(copy.entry);
+        owned.push(t);
+        const w = base.get(copy.engine)!;
+        const same = t.shape.join() === w.shape.join() && addon.maxAbsDiff(t, w) === 0;
+        if (!same) {
+          throw new AdapterError(`adapter ${adapter.name}: ${copy.entry.file}: ${copy.entry.key} is a full copy of ${copy.engine} that differs from the base model's; adapters that retrain ${copy.engine} are not supported`);
+        }
+      }
+      const modules = adapter.modules.map((m) => {
+        const a = readEntry(m.a), b = readEntry(m.b);
+        owned.push(a, b);
+        return { module: m, a, b };
+      });
+      owned.splice(0, adapter.baseCopies.length).forEach((t) => t.dispose());
+      const bytes = adapter.modules.reduce((n, m) => n + m.a.nbytes + m.b.nbytes, 0);
+      return new HostAdapter(adapter, modules, bytes);
+    } catch (e) {
+      owned.forEach((t) => t.dispose());
+      throw e;
+    }
+  }
+
+  dispose(): void {
+    for (const m of this.modules) {
+      m.a.dispose();
+      m.b.dispose();
+    }
+  }
+}
+
+function readEntry(e: TensorEntry): Tensor {
+  const dtype = DTYPE[e.dtype];
+  const t = addon.empty(dtype, [...e.shape]);
+  addon.readInto(t, 0, e.file, e.offset, dtype, e.nbytes / (dtype === 'f32' ? 4 : 2));
+  return t;
+}

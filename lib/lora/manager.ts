@@ -1,0 +1,122 @@
+// The adapter pool as the engine sees it: registered adapters (name → path, checked once),
+// a host cache of read adapters (LRU), and the GPU slots (SlotTable + SlotWeights).
+import { performance } from 'node:perf_hooks';
+
+import type { Model } from '../models/index.js';
+import { readAdapter, type AdapterLimits } from './adapter.js';
+import { AdapterError } from './errors.js';
+import { HostAdapter } from './host_adapter.js';
+import { SlotTable } from './slots.js';
+import { SlotWeights } from './slot_weights.js';
+
+export interface LoraOptions {
+  slots: number;
+  maxRank: number;
+  hostCache: number;
+  targets: string[];
+}
+
+export interface LoraStats {
+  registered: number;
+  resident: number;
+  loads: number;
+  evictions: number;
+  loadSeconds: number;
+}
+
+interface Registered {
+  name: string;
+  path: string;
+  /** Unique per registration: a re-registered name never reuses stale slot contents. */
+  key: string;
+}
+
+export class LoraManager {
+  readonly weights: SlotWeights;
+  private readonly table: SlotTable;
+  private readonly limits: AdapterLimits;
+  private readonly byName = new Map<string, Registered>();
+  private readonly byKey = new Map<string, Registered>();
+  private readonly host = new Map<string, HostAdapter>();  // insertion order = LRU order
+  private generation = 0;
+  loads = 0;
+  loadSeconds = 0;
+
+  constructor(private readonly model: Model, readonly options: LoraOptions) {
+    this.limits = { maxRank: options.maxRank, targets: new Set(options.targets) };
+    this.table = new SlotTable(options.slots);
+    this.weights = new SlotWeights(model.config, options.slots + 1, options.maxRank, this.limits.targets);
+  }
+
+  /** Reads and checks an adapter; on any error nothing changes. */
+  register(name: string, path: string): void {
+    if (this.byName.has(name)) throw new AdapterError(`adapter ${name} is already loaded (from ${this.byName.get(name)!.path})`);
+    const host = HostAdapter.read(readAdapter(name, path, this.model.config, this.limits), this.model.weights);
+    const reg = { name, path, key: `${name}#${++this.generation}` };
+    this.byName.set(name, reg);
+    this.byKey.set(reg.key, reg);
+    this.cache(reg.key, host);
+  }
+
+  /** Forgets an adapter; requests already running on it finish first. */
+  unregister(name: string): boolean {
+    const reg = this.byName.get(name);
+    if (!reg) return false;
+    this.byName.delete(name);
+    this.byKey.delete(reg.key);
+    this.table.drop(reg.key);
+    this.host.get(reg.key)?.dispose();
+    this.host.delete(reg.key);
+    return true;
+  }
+
+  keyOf(name: string): string | undefined {
+    return this.byName.get(name)?.key;
+  }
+
+  list(): { name: string; path: string }[] {
+    return [...this.byName.values()].map(({ name, path }) => ({ name, path }));
+  }
+
+  /** A pinned slot with the adapter in it, or null when the request must wait for one. */
+  acquire(key: string): number | null {
+    const got = this.table.acquire(key);
+    if (!got) return null;
+    if (got.load) {
+      const t0 = performance.now();
+      this.weights.load(got.slot, this.hostAdapter(key));
+      this.loadSeconds += (performance.now() - t0) / 1000;
+      this.loads++;
+    }
+    return got.slot;
+  }
+
+  release(slot: number): void {
+    this.table.release(slot);
+  }
+
+  stats(): LoraStats {
+    return { registered: this.byName.size, resident: this.table.resident, loads: this.loads, evictions: this.table.evictions, loadSeconds: this.loadSeconds };
+  }
+
+  private hostAdapter(key: string): HostAdapter {
+    let h = this.host.get(key);
+    if (h) {
+      this.host.delete(key);  // refresh its LRU position
+    } else {
+      const reg = this.byKey.get(key)!;
+      h = HostAdapter.read(readAdapter(reg.name, reg.path, this.model.config, this.limits), this.model.weights);
+    }
+    this.cache(key, h);
+    return h;
+  }
+
+  private cache(key: string, h: HostAdapter): void {
+    this.host.set(key, h);
+    while (this.host.size > Math.max(1, this.options.hostCache)) {
+      const [oldest, old] = this.host.entries().next().value as [string, HostAdapter];
+      old.dispose();
+      this.host.delete(oldest);
+    }
+  }
+}

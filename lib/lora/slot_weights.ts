@@ -1,0 +1,86 @@
+// The pool's device-side storage: for every LoRA target weight, A and B stacked over slots.
+// Linear targets: a [slots, slices * R, in], b [slots, out, R]. Embedding: a holds Aᵀ as
+// [slots, vocab, R] so a row gather does the shrink. Scales are folded into b at load; ranks
+// below R are zero-padded, which adds nothing to the result.
+import { addon, type Tensor } from '../addon/index.js';
+import type { ModelConfig } from '../checkpoint/config.js';
+import { rulesFor } from '../checkpoint/families/index.js';
+import { engineWeights } from '../checkpoint/rules.js';
+import type { HostAdapter } from './host_adapter.js';
+
+export interface LoraTarget {
+  name: string;
+  embedding: boolean;
+  /** Row offset of each slice (q, k, v / gate, up) in the fused weight. */
+  sliceOffsets: number[];
+  sliceStarts: Tensor;
+  a: Tensor;
+  b: Tensor;
+}
+
+export class SlotWeights {
+  readonly targets = new Map<string, LoraTarget>();
+
+  constructor(readonly config: ModelConfig, readonly numSlots: number, readonly rank: number, kinds: ReadonlySet<string>) {
+    for (const w of engineWeights(config, rulesFor(config.family))) {
+      const kind = w.name.replace(/^layers\.\d+\./, '');
+      if (!kinds.has(kind) || w.rule.kind === 'norm') continue;
+      const embedding = w.rule.kind === 'embedding';
+      const [rows, cols] = w.shape;
+      const offsets = w.parts.map((p) => p.rowOffset);
+      const out = embedding ? cols : rows;
+      this.targets.set(w.name, {
+        name: w.name, embedding, sliceOffsets: offsets,
+        sliceStarts: addon.fromArray('i32', [offsets.length + 1], Int32Array.from([...offsets, rows])),
+        a: addon.zeros('f32', embedding ? [numSlots, rows, rank] : [numSlots, offsets.length * rank, cols]),
+        b: addon.zeros('f32', [numSlots, out, rank]),
+      });
+      if (embedding) {
+        // An embedding's delta covers the whole hidden vector: one slice.
+        this.targets.get(w.name)!.sliceStarts.dispose();
+        this.targets.get(w.name)!.sliceStarts = addon.fromArray('i32', [2], Int32Array.from([0, cols]));
+      }
+    }
+  }
+
+  /** Copies an adapter into a slot (everything it does not target is zero). */
+  load(slot: number, host: HostAdapter): void {
+    this.clear(slot);
+    for (const { module: m, a, b } of host.modules) {
+      const t = this.targets.get(m.location.engine)!;
+      const aSlot = slice(t.a, slot), bSlot = slice(t.b, slot);
+      if (t.embedding) {
+        addon.copyRegion(aSlot, a, 0, 0, 1, true);
+        addon.copyRegion(bSlot, b, 0, 0, m.scale, false);
+      } else {
+        const j = t.sliceOffsets.indexOf(m.location.rowOffset);
+        addon.copyRegion(aSlot, a, j * this.rank, 0, 1, false);
+        addon.copyRegion(bSlot, b, m.location.rowOffset, 0, m.scale, false);
+      }
+      aSlot.dispose();
+      bSlot.dispose();
+    }
+  }
+
+  clear(slot: number): void {
+    for (const t of this.targets.values()) {
+      for (const x of [t.a, t.b]) {
+        const s = x.narrow(slot, 1);
+        addon.fill(s, 0);
+        s.dispose();
+      }
+    }
+  }
+
+  dispose(): void {
+    for (const t of this.targets.values()) [t.a, t.b, t.sliceStarts].forEach((x) => x.dispose());
+  }
+}
+
+/** Slot `slot` of a [slots, rows, cols] stack, as a 2-D [rows, cols] view. */
+function slice(stack: Tensor, slot: number): Tensor {
+  const s = stack.narrow(slot, 1);
+  const v = s.view(stack.shape.slice(1));
+  s.dispose();
+  return v;
+}

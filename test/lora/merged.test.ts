@@ -1,0 +1,94 @@
+// Each row's adapter delta equals serving merged weights W + s·B·A, per target, exactly
+// (fp32 on both sides), and rows of other slots (or slot 0) are untouched.
+import { describe, expect, it } from 'vitest';
+
+import { addon } from '../../lib/addon/index.js';
+import { LoraManager } from '../../lib/lora/manager.js';
+import { KvCache, loadModel, stepTensors, type Model } from '../../lib/models/index.js';
+import { locateModule } from '../../lib/checkpoint/locate.js';
+import { FIXTURES } from '../parity/fixture.js';
+import { relativeError } from '../parity/greedy_rule.js';
+import { delta, writeAdapter, type ModuleSpec } from './make_adapter.js';
+
+const ALL = ['qkv', 'o', 'gate_up', 'down', 'embed', 'lm_head'];
+
+/** Last-token logits of each prompt, every prompt running `slot` (one batch). */
+function logits(model: Model, prompts: number[][], slots: number[], vocab: number): Float32Array[] {
+  const bs = 16;
+  const kv = new KvCache(model.config, prompts.length * 8, bs);
+  const tokens = prompts.flat();
+  const starts = [0];
+  prompts.forEach((p) => starts.push(starts.at(-1)! + p.length));
+  const rowSlots = Int32Array.from(prompts.flatMap((p, i) => p.map(() => slots[i])));
+  const t = stepTensors({
+    tokens: Int32Array.from(tokens),
+    positions: Int32Array.from(prompts.flatMap((p) => p.map((_, j) => j))),
+    slots: Int32Array.from(prompts.flatMap((p, i) => p.map((_, j) => i * 8 * bs + j))),
+    queryStarts: Int32Array.from(starts), contextLens: Int32Array.from(prompts.map((p) => p.length)),
+    blockTables: Int32Array.from(prompts.flatMap((_, i) => Array.from({ length: 8 }, (_, b) => i * 8 + b))), maxBlocks: 8,
+    logitRows: Int32Array.from(starts.slice(1).map((s) => s - 1)),
+    lora: {
+      rowSlots, logitSlots: Int32Array.from(slots),
+      embedRows: Int32Array.from(tokens.map((tok, r) => rowSlots[r] * vocab + tok)),
+    },
+  });
+  const out = model.forward(t, kv);
+  const all = out.toArray() as Float32Array;
+  [t, out, kv].forEach((x) => x.dispose());
+  return prompts.map((_, i) => all.slice(i * vocab, (i + 1) * vocab));
+}
+
+describe('LoRA equals merged weights', () => {
+  const dir = `${FIXTURES}/models/tiny-llama`;
+  const base = loadModel(dir, { dtype: 'f32' });
+  const c = base.config;
+  const vocab = c.vocabSize;
+  const prompts = [[5, 9, 200, 31, 7], [100, 3, 3, 4], [42]];
+
+  const spec = (path: string, rank: number): ModuleSpec => {
+    const loc = locateModule(c, c.family, path)!;
+    return loc.kind === 'embedding'
+      ? { path, rank, in: loc.rows, out: loc.cols!, embedding: true }
+      : { path, rank, in: loc.cols!, out: loc.rows };
+  };
+
+  const cases: [string, ModuleSpec[], Record<string, unknown>, number][] = [
+    ['k_proj only (one slice of the fused qkv)', [spec('model.layers.1.self_attn.k_proj', 4)], { r: 4, lora_alpha: 8, target_modules: ['k_proj'] }, 2],
+    ['every linear, rsLoRA', ['q_proj', 'k_proj', 'v_proj', 'o_proj'].flatMap((m) => [0, 1, 2].map((l) => spec(`model.layers.${l}.self_attn.${m}`, 8)))
+      .concat(['gate_proj', 'up_proj', 'down_proj'].flatMap((m) => [0, 1, 2].map((l) => spec(`model.layers.${l}.mlp.${m}`, 8)))),
+      { r: 8, lora_alpha: 16, use_rslora: true, target_modules: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'] }, 16 / Math.sqrt(8)],
+    ['embed_tokens and lm_head', [spec('model.embed_tokens', 4), spec('lm_head', 4)], { r: 4, lora_alpha: 2, target_modules: ['embed_tokens', 'lm_head'] }, 0.5],
+  ];
+
+  for (const [label, modules, config, scale] of cases) {
+    it(label, async () => {
+      const { dir: adapterDir, modules: made } = await writeAdapter(modules, config);
+      const lora = new LoraManager(base, { slots: 2, maxRank: 16, hostCache: 2, targets: ALL });
+      lora.register('a', adapterDir);
+      const slot = lora.acquire(lora.keyOf('a')!)!;
+      base.lora = lora.weights;
+      const withLora = logits(base, prompts, [slot, 0, slot], vocab);
+      base.lora = undefined;
+      lora.release(slot);
+
+      const merged = loadModel(dir, { dtype: 'f32' });
+      for (const m of made) {
+        const loc = locateModule(c, c.family, m.path)!;
+        const w = merged.weights.get(loc.engine)!;
+        const values = w.toArray() as Float32Array;
+        const d = delta(m, scale);
+        const offset = loc.rowOffset * (loc.cols ?? 1);
+        for (let i = 0; i < d.length; i++) values[offset + i] += d[i];
+        w.copyFrom(values);
+      }
+      const want = logits(merged, prompts, [0, 0, 0], vocab);
+      const plain = logits(base, prompts, [0, 0, 0], vocab);
+      expect(relativeError(withLora[0], want[0])).toBeLessThan(1e-5);
+      expect(relativeError(withLora[2], want[2])).toBeLessThan(1e-5);
+      expect(relativeError(withLora[1], plain[1])).toBe(0);  // slot 0 row: exactly the base model
+      expect(relativeError(withLora[0], plain[0])).toBeGreaterThan(1e-3);  // the adapter did something
+      merged.dispose();
+      lora.weights.dispose();
+    });
+  }
+});
