@@ -6,6 +6,7 @@ import { Scheduler } from './scheduler.js';
 import { Sequence } from './sequence.js';
 import type { EngineStats, GenerateRequest, ModelInfo, RequestOutput } from './types.js';
 import { KvCache, type Model } from '../models/index.js';
+import { LoraManager, type LoraOptions } from '../lora/manager.js';
 
 export interface EngineLimits {
   maxModelLen: number;
@@ -14,6 +15,8 @@ export interface EngineLimits {
   blockSize: number;
   numBlocks: number;
   prefixCache: boolean;
+  /** Present: LoRA on, with this pool. Absent: no adapter code runs at all. */
+  lora?: LoraOptions;
 }
 
 export class EngineError extends Error {
@@ -27,12 +30,31 @@ export class Engine {
   private readonly runner: ModelRunner;
   private readonly seqs = new Map<string, Sequence>();
   private steps = 0;
+  readonly lora?: LoraManager;
 
   constructor(readonly model: Model, readonly limits: EngineLimits) {
     const c = model.config;
     this.info = { family: c.family, maxModelLen: limits.maxModelLen, vocabSize: c.vocabSize, eosTokenIds: c.eosTokenIds };
     this.blocks = new BlockManager(limits.numBlocks, limits.blockSize, limits.prefixCache);
-    this.scheduler = new Scheduler(this.blocks, limits, (seq) => this.salt(seq));
+    if (limits.lora) {
+      this.lora = new LoraManager(model, limits.lora);
+      model.lora = this.lora.weights;
+    }
+    const lora = this.lora;
+    const hooks = lora && {
+      acquire: (seq: Sequence): boolean => {
+        if (seq.adapterKey === null) return true;
+        const slot = lora.acquire(seq.adapterKey);
+        if (slot === null) return false;
+        seq.slot = slot;
+        return true;
+      },
+      release: (seq: Sequence): void => {
+        if (seq.slot > 0) lora.release(seq.slot);
+        seq.slot = 0;
+      },
+    };
+    this.scheduler = new Scheduler(this.blocks, limits, (seq) => this.salt(seq), hooks);
     this.runner = new ModelRunner(model, new KvCache(c, limits.numBlocks, limits.blockSize));
   }
 
@@ -51,7 +73,10 @@ export class Engine {
     if (this.blocks.blocksFor(total) > this.limits.numBlocks) {
       fail(`needs ${this.blocks.blocksFor(total)} KV blocks but the cache has only ${this.limits.numBlocks}`);
     }
+    if (req.adapter !== undefined && !this.lora) fail(`names adapter ${req.adapter} but LoRA is not enabled`);
+    const adapterKey = req.adapter === undefined ? null : this.lora!.retain(req.adapter) ?? fail(`unknown adapter ${req.adapter}`);
     const seq = new Sequence(req.id, [...promptIds], params, Date.now());
+    seq.adapterKey = adapterKey;
     this.seqs.set(req.id, seq);
     this.scheduler.add(seq);
   }
@@ -99,12 +124,16 @@ export class Engine {
       prefixCacheQueries: this.blocks.queries,
       prefixCacheHits: this.blocks.hits,
       steps: this.steps,
+      lora: this.lora && {
+        ...this.lora.stats(),
+        waitingForSlot: this.scheduler.waiting.filter((s) => s.adapterKey !== null && !this.lora!.isResident(s.adapterKey)).length,
+      },
     };
   }
 
-  /** Prefix-cache salt: what besides the tokens changes a sequence's KV (nothing yet). */
-  private salt(_seq: Sequence): string {
-    return '';
+  /** Prefix-cache salt: what besides the tokens changes a sequence's KV — its adapter. */
+  private salt(seq: Sequence): string {
+    return seq.adapterKey ?? '';
   }
 
   private stopReason(seq: Sequence, token: number): 'stop' | 'length' | undefined {
@@ -122,6 +151,18 @@ export class Engine {
     this.scheduler.remove(seq);
     seq.status = 'finished';
     this.seqs.delete(seq.id);
+    if (seq.adapterKey !== null) this.lora!.unretain(seq.adapterKey);
+  }
+
+  /** Registers a PEFT adapter under `name`; throws AdapterError, changing nothing, if refused. */
+  loadAdapter(name: string, path: string): void {
+    if (!this.lora) throw new EngineError('LoRA is not enabled (add resources.lora to the config)');
+    this.lora.register(name, path);
+  }
+
+  /** New requests can no longer name it; queued and running ones finish on it first. */
+  unloadAdapter(name: string): boolean {
+    return this.lora?.unregister(name) ?? false;
   }
 
   private output(

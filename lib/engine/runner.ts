@@ -49,7 +49,21 @@ export class ModelRunner {
       s.blockTables.set(e.seq.blocks, i * maxBlocks);
       if (e.samples) s.logitRows[rows++] = t - 1;
     });
+    if (batch.some((e) => e.seq.slot > 0)) s.lora = this.loraPlan(batch, s);
     return s;
+  }
+
+  /** Each row's adapter slot; built only when some row runs an adapter. */
+  private loraPlan(batch: readonly ScheduledSeq[], s: StepInput): NonNullable<StepInput['lora']> {
+    const vocab = this.model.config.vocabSize;
+    const rowSlots = new Int32Array(s.tokens.length);
+    let t = 0;
+    for (const e of batch) rowSlots.fill(e.seq.slot, t, (t += e.count));
+    return {
+      rowSlots,
+      logitSlots: Int32Array.from(batch.filter((e) => e.samples), (e) => e.seq.slot),
+      embedRows: Int32Array.from(s.tokens, (tok, r) => rowSlots[r] * vocab + tok),
+    };
   }
 
   private sample(entries: readonly ScheduledSeq[], logits: Tensor): Sampled[] {

@@ -19,6 +19,15 @@ export interface ScheduledSeq {
   samples: boolean;
 }
 
+/** Per-sequence resources besides KV blocks (the adapter slot), taken at admission. */
+export interface AdmissionHooks {
+  /** Takes what the sequence needs to run; false if it must keep waiting (others go on). */
+  acquire(seq: Sequence): boolean;
+  release(seq: Sequence): void;
+}
+
+const NO_HOOKS: AdmissionHooks = { acquire: () => true, release: () => {} };
+
 export class Scheduler {
   readonly waiting: Sequence[] = [];
   readonly running: Sequence[] = [];
@@ -29,18 +38,22 @@ export class Scheduler {
     private readonly limits: SchedulerLimits,
     /** Prefix-cache salt of a sequence: everything besides tokens that changes its KV. */
     private readonly saltOf: (seq: Sequence) => string = () => '',
+    private readonly hooks: AdmissionHooks = NO_HOOKS,
   ) {}
 
   add(seq: Sequence): void {
     this.waiting.push(seq);
   }
 
-  /** Removes a sequence wherever it is and frees its blocks. */
+  /** Removes a sequence wherever it is and frees its blocks (and slot). */
   remove(seq: Sequence): void {
-    for (const list of [this.waiting, this.running]) {
-      const i = list.indexOf(seq);
-      if (i >= 0) list.splice(i, 1);
+    const r = this.running.indexOf(seq);
+    if (r >= 0) {
+      this.running.splice(r, 1);
+      this.hooks.release(seq);
     }
+    const w = this.waiting.indexOf(seq);
+    if (w >= 0) this.waiting.splice(w, 1);
     this.blocks.release(seq);
   }
 
@@ -60,15 +73,23 @@ export class Scheduler {
 
     // After a preemption memory is short: admit nobody until the running ones have moved on.
     if (this.preemptions > preemptionsBefore) return out;
-    while (this.waiting.length > 0 && budget > 0 && this.running.length < this.limits.maxBatchSize) {
-      const seq = this.waiting[0];
+    // Arrival order; a request whose adapter has no slot yet waits without holding up the rest.
+    for (let i = 0; i < this.waiting.length && budget > 0 && this.running.length < this.limits.maxBatchSize; ) {
+      const seq = this.waiting[i];
+      if (!this.hooks.acquire(seq)) {
+        i++;
+        continue;
+      }
       if (seq.blocks.length === 0) {
         seq.numComputed = this.blocks.attachPrefix(seq, this.saltOf(seq));
         if (seq.outputIds.length === 0) seq.cachedPromptTokens = seq.numComputed;
       }
       const count = Math.min(seq.pending, budget);
-      if (!this.blocks.reserve(seq, seq.numComputed + count)) break;  // first come, first served
-      this.waiting.shift();
+      if (!this.blocks.reserve(seq, seq.numComputed + count)) {
+        this.hooks.release(seq);
+        break;  // out of KV blocks: first come, first served
+      }
+      this.waiting.splice(i, 1);
       seq.status = 'running';
       this.running.push(seq);
       out.push(this.entry(seq, count));
@@ -93,6 +114,7 @@ export class Scheduler {
 
   private preempt(seq: Sequence): void {
     this.running.splice(this.running.indexOf(seq), 1);
+    this.hooks.release(seq);
     this.blocks.release(seq);
     seq.numComputed = 0;
     seq.status = 'waiting';

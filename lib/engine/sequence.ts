@@ -16,6 +16,9 @@ export class Sequence {
   blockHashes: string[] = [];
   /** The seed the sampler uses (the request's, or a random one). */
   readonly seed: bigint;
+  /** The adapter's registration key (null: base model) and the slot pinned while running. */
+  adapterKey: string | null = null;
+  slot = 0;
 
   constructor(
     readonly id: string,

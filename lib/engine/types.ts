@@ -25,6 +25,8 @@ export interface GenerateRequest {
   id: string;
   promptIds: number[];
   params: SamplingParams;
+  /** A registered LoRA adapter's name; absent for the base model. */
+  adapter?: string;
 }
 
 export type FinishReason = 'stop' | 'length' | 'abort';
@@ -61,6 +63,16 @@ export interface EngineStats {
   prefixCacheQueries: number;
   prefixCacheHits: number;
   steps: number;
+  /** LoRA pool counters; absent when LoRA is off. */
+  lora?: {
+    registered: number;
+    resident: number;
+    /** Waiting requests whose adapter is not in a slot. */
+    waitingForSlot: number;
+    loads: number;
+    evictions: number;
+    loadSeconds: number;
+  };
 }
 
 export interface ModelInfo {

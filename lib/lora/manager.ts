@@ -38,6 +38,8 @@ export class LoraManager {
   private readonly byName = new Map<string, Registered>();
   private readonly byKey = new Map<string, Registered>();
   private readonly host = new Map<string, HostAdapter>();  // insertion order = LRU order
+  /** Requests (waiting or running) per adapter key: an unloaded adapter stays until they end. */
+  private readonly users = new Map<string, number>();
   private generation = 0;
   loads = 0;
   loadSeconds = 0;
@@ -58,16 +60,44 @@ export class LoraManager {
     this.cache(reg.key, host);
   }
 
-  /** Forgets an adapter; requests already running on it finish first. */
+  /** Forgets an adapter by name at once; requests already queued or running on it finish first. */
   unregister(name: string): boolean {
     const reg = this.byName.get(name);
     if (!reg) return false;
     this.byName.delete(name);
-    this.byKey.delete(reg.key);
-    this.table.drop(reg.key);
-    this.host.get(reg.key)?.dispose();
-    this.host.delete(reg.key);
+    if (!this.users.has(reg.key)) this.forget(reg.key);
     return true;
+  }
+
+  /** A request starts using the adapter registered under `name`; returns its key. */
+  retain(name: string): string | undefined {
+    const key = this.byName.get(name)?.key;
+    if (key !== undefined) this.users.set(key, (this.users.get(key) ?? 0) + 1);
+    return key;
+  }
+
+  /** A request on `key` ended. */
+  unretain(key: string): void {
+    const n = (this.users.get(key) ?? 0) - 1;
+    if (n > 0) {
+      this.users.set(key, n);
+      return;
+    }
+    this.users.delete(key);
+    const reg = this.byKey.get(key);
+    if (reg && this.byName.get(reg.name) !== reg) this.forget(key);
+  }
+
+  /** Whether a request on `key` could take a slot now without waiting. */
+  isResident(key: string): boolean {
+    return this.table.slotOf(key) !== undefined;
+  }
+
+  private forget(key: string): void {
+    this.byKey.delete(key);
+    this.table.drop(key);
+    this.host.get(key)?.dispose();
+    this.host.delete(key);
   }
 
   keyOf(name: string): string | undefined {

@@ -1,0 +1,167 @@
+// Adapters in the engine: mixed batches, churn over few slots, no head-of-line blocking,
+// refusals that change nothing, and unloading under load.
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { beforeAll, describe, expect, it } from 'vitest';
+
+import type { Engine } from '../../lib/engine/engine.js';
+import { locateModule } from '../../lib/checkpoint/locate.js';
+import { engine, greedy, prompts, runAll, tinyModel } from '../engine/helpers.js';
+import { writeAdapter, type ModuleSpec } from './make_adapter.js';
+
+const TARGETS = ['qkv', 'o', 'gate_up', 'down', 'embed', 'lm_head'];
+const lora = (slots: number) => ({ lora: { slots, maxRank: 8, hostCache: 4, targets: TARGETS } });
+
+function specs(paths: string[], rank: number): ModuleSpec[] {
+  const c = tinyModel().config;
+  return paths.map((path) => {
+    const loc = locateModule(c, c.family, path)!;
+    return loc.kind === 'embedding' ? { path, rank, in: loc.rows, out: loc.cols!, embedding: true } : { path, rank, in: loc.cols!, out: loc.rows };
+  });
+}
+
+const layers = [0, 1];
+const attn = (m: string) => layers.map((l) => `model.layers.${l}.self_attn.${m}`);
+const mlp = (m: string) => layers.map((l) => `model.layers.${l}.mlp.${m}`);
+const dirs: Record<string, string> = {};
+
+beforeAll(async () => {
+  dirs.qv = (await writeAdapter(specs([...attn('q_proj'), ...attn('v_proj')], 4), { r: 4, lora_alpha: 8, target_modules: ['q_proj', 'v_proj'] }, 1)).dir;
+  dirs.mlp = (await writeAdapter(specs([...mlp('gate_proj'), ...mlp('up_proj'), ...mlp('down_proj')], 8), { r: 8, lora_alpha: 8, target_modules: ['gate_proj', 'up_proj', 'down_proj'] }, 2)).dir;
+  dirs.emb = (await writeAdapter(specs(['model.embed_tokens', 'lm_head', ...attn('k_proj')], 2), { r: 2, lora_alpha: 4, target_modules: ['embed_tokens', 'lm_head', 'k_proj'] }, 3)).dir;
+});
+
+function withAdapters(e: Engine): Engine {
+  for (const name of ['qv', 'mlp', 'emb']) e.loadAdapter(name, dirs[name]);
+  return e;
+}
+
+const ps = prompts([5, 12, 20, 33], 512, 9);
+
+function alone(p: number[], adapter: string | undefined, n = 6): number[] {
+  const e = withAdapters(engine(lora(1)));
+  e.add({ id: 'x', promptIds: p, params: greedy(n), adapter });
+  return runAll(e).get('x')!.tokens;
+}
+
+describe('LoRA in the engine', () => {
+  it('one step mixing base rows and 3 adapters gives each row its tokens alone', () => {
+    const adapters = [undefined, 'qv', 'mlp', 'emb'];
+    const expected = ps.map((p, i) => alone(p, adapters[i]));
+    expect(new Set(expected.map((t) => t.join())).size).toBe(4);  // adapters really change the output
+    const e = withAdapters(engine(lora(3)));
+    ps.forEach((p, i) => e.add({ id: `${i}`, promptIds: p, params: greedy(6), adapter: adapters[i] }));
+    const out = runAll(e);
+    ps.forEach((_, i) => expect(out.get(`${i}`)!.tokens).toEqual(expected[i]));
+    expect(e.stats().steps).toBe(6);  // all four ran together in every step
+  });
+
+  it('churn: 3 adapters over 2 slots, base requests never held, nothing leaks', () => {
+    const names = ['qv', 'mlp', 'emb'];
+    const reqs = Array.from({ length: 12 }, (_, i) => ({ p: ps[i % 4], adapter: i % 4 === 3 ? undefined : names[i % 3] }));
+    const expected = reqs.map((r) => alone(r.p, r.adapter, 5));
+    const e = withAdapters(engine(lora(2)));
+    reqs.forEach((r, i) => e.add({ id: `${i}`, promptIds: r.p, params: greedy(5), adapter: r.adapter }));
+    const firstStep = e.step();
+    expect(e.stats().lora!.waitingForSlot).toBeGreaterThan(0);
+    // Every base request was admitted in the first step even though adapter requests wait.
+    const baseIds = reqs.flatMap((r, i) => (r.adapter ? [] : [`${i}`]));
+    expect(e.stats().running).toBeGreaterThanOrEqual(baseIds.length);
+    const out = runAll(e);
+    for (const o of firstStep) {
+      const r = out.get(o.id) ?? { tokens: [] as number[] };
+      r.tokens.unshift(...o.newTokenIds);
+      out.set(o.id, r as never);
+    }
+    reqs.forEach((_, i) => expect(out.get(`${i}`)!.tokens).toEqual(expected[i]));
+    const s = e.stats();
+    expect(s.lora!.evictions).toBeGreaterThan(0);
+    expect(s.kvBlocksUsed).toBe(0);
+    expect(s.running + s.waiting).toBe(0);
+  });
+
+  it('a pinned-out adapter still gets a slot: nobody waits forever', () => {
+    const e = withAdapters(engine(lora(1)));
+    // A long stream of qv requests keeps slot 1 busy; an emb request arrives in between.
+    for (let i = 0; i < 6; i++) e.add({ id: `qv${i}`, promptIds: ps[0], params: greedy(4), adapter: 'qv' });
+    e.step();
+    e.add({ id: 'emb', promptIds: ps[1], params: greedy(4), adapter: 'emb' });
+    for (let i = 6; i < 12; i++) e.add({ id: `qv${i}`, promptIds: ps[0], params: greedy(4), adapter: 'qv' });
+    const order: string[] = [];
+    while (e.hasWork()) for (const o of e.step()) if (o.finishReason) order.push(o.id);
+    expect(order.indexOf('emb')).toBeLessThan(order.indexOf('qv6'));
+  });
+
+  it('unloading lets queued and running requests finish, then refuses the name', () => {
+    const e = withAdapters(engine(lora(2)));
+    const want = alone(ps[2], 'mlp');
+    e.add({ id: 'a', promptIds: ps[2], params: greedy(6), adapter: 'mlp' });
+    e.step();
+    expect(e.unloadAdapter('mlp')).toBe(true);
+    expect(() => e.add({ id: 'b', promptIds: ps[2], params: greedy(6), adapter: 'mlp' })).toThrow(/unknown adapter mlp/);
+    const out = runAll(e);
+    expect(out.get('a')!.tokens.length).toBe(5);
+    expect([...e.step()]).toEqual([]);
+    expect(want.slice(1)).toEqual(out.get('a')!.tokens);
+    expect(e.stats().lora!.registered).toBe(2);
+  });
+
+  it('the prefix cache never shares KV between different adapters', () => {
+    const e = withAdapters(engine({ ...lora(3), blockSize: 4 }));
+    const p = prompts([30], 512, 4)[0];
+    e.add({ id: 'base', promptIds: p, params: greedy(3) });
+    runAll(e);
+    e.add({ id: 'qv', promptIds: p, params: greedy(3), adapter: 'qv' });
+    const out = runAll(e).get('qv')!;
+    expect(out.last.cachedPromptTokens).toBe(0);
+    expect(out.tokens).toEqual(alone(p, 'qv', 3));
+  });
+});
+
+describe('refused adapters change nothing', () => {
+  const cases: [string, () => Promise<string>, RegExp][] = [
+    ['an unknown target module', async () => (await writeAdapter(specs(attn('q_proj'), 2), { r: 2, lora_alpha: 2, target_modules: ['q_proj', 'foo_proj'] })).dir, /"foo_proj" is not a module/],
+    ['a rank above max_rank', async () => (await writeAdapter(specs(attn('q_proj'), 16), { r: 16, lora_alpha: 2, target_modules: ['q_proj'] })).dir, /rank 16 is above the pool's max_rank 8/],
+    ['DoRA', async () => (await writeAdapter(specs(attn('q_proj'), 2), { r: 2, lora_alpha: 2, target_modules: ['q_proj'], use_dora: true })).dir, /DoRA/],
+    ['bias terms', async () => (await writeAdapter(specs(attn('q_proj'), 2), { r: 2, lora_alpha: 2, target_modules: ['q_proj'], bias: 'lora_only' })).dir, /bias/],
+    ['another PEFT type', async () => (await writeAdapter(specs(attn('q_proj'), 2), { r: 2, lora_alpha: 2, target_modules: ['q_proj'], peft_type: 'PROMPT_TUNING' })).dir, /PROMPT_TUNING/],
+    ['a shape that does not fit', async () => {
+      const s = specs(attn('q_proj'), 2);
+      s[0] = { ...s[0], in: s[0].in + 1 };
+      return (await writeAdapter(s, { r: 2, lora_alpha: 2, target_modules: ['q_proj'] })).dir;
+    }, /does not fit/],
+    ['a pickled adapter', async () => {
+      const { dir } = await writeAdapter(specs(attn('q_proj'), 2), { r: 2, lora_alpha: 2, target_modules: ['q_proj'] });
+      const { renameSync } = await import('node:fs');
+      renameSync(join(dir, 'adapter_model.safetensors'), join(dir, 'adapter_model.bin'));
+      return dir;
+    }, /pickled/],
+    ['a modified copy of embed_tokens', async () => {
+      const c = tinyModel().config;
+      const copy = new Float32Array(c.vocabSize * c.hiddenSize).fill(0.5);
+      return (await writeAdapter(specs(attn('q_proj'), 2), { r: 2, lora_alpha: 2, target_modules: ['q_proj'] }, 1, [
+        { name: 'base_model.model.model.embed_tokens.base_layer.weight', dtype: 'F32', shape: [c.vocabSize, c.hiddenSize], data: new Uint8Array(copy.buffer) },
+      ])).dir;
+    }, /differs from the base model/],
+    ['a broken config', async () => {
+      const { dir } = await writeAdapter(specs(attn('q_proj'), 2), { r: 2, lora_alpha: 2, target_modules: ['q_proj'] });
+      writeFileSync(join(dir, 'adapter_config.json'), '{"r": ');
+      return dir;
+    }, /not valid JSON/],
+  ];
+
+  for (const [label, make, message] of cases) {
+    it(label, async () => {
+      const e = withAdapters(engine(lora(2)));
+      e.add({ id: 'run', promptIds: ps[1], params: greedy(4), adapter: 'qv' });
+      e.step();
+      const before = JSON.stringify(e.stats());
+      const dir = await make();
+      expect(() => e.loadAdapter('bad', dir)).toThrow(message);
+      expect(JSON.stringify(e.stats())).toBe(before);
+      expect(() => e.add({ id: 'x', promptIds: ps[0], params: greedy(1), adapter: 'bad' })).toThrow(/unknown adapter/);
+      const out = runAll(e);
+      expect(out.get('run')!.tokens).toEqual(alone(ps[1], 'qv', 4).slice(1));
+    });
+  }
+});
