@@ -5,10 +5,11 @@ import { Worker } from 'node:worker_threads';
 
 import { packageRoot } from '../addon/loader.js';
 import type { EngineOptions } from './options.js';
-import type { FromEngine, ToEngine, WorkerInit } from './protocol.js';
+import type { AdapterInfo, FromEngine, ToEngine, WorkerInit } from './protocol.js';
 import type { EngineStats, GenerateRequest, ModelInfo, RequestOutput } from './types.js';
 
 export type { EngineOptions } from './options.js';
+export type { AdapterInfo } from './protocol.js';
 
 /** A request's pending outputs and its waiting consumer. */
 class OutputQueue {
@@ -44,9 +45,13 @@ export class EngineClient {
   private readonly queues = new Map<string, OutputQueue>();
   private latest: EngineStats;
   private fatal?: Error;
+  private loaded: AdapterInfo[];
+  private calls = 0;
+  private readonly pending = new Map<number, (m: Extract<FromEngine, { type: 'adapterResult' }>) => void>();
 
-  private constructor(private readonly worker: Worker, readonly info: ModelInfo, stats: EngineStats) {
+  private constructor(private readonly worker: Worker, readonly info: ModelInfo, stats: EngineStats, adapters: AdapterInfo[]) {
     this.latest = stats;
+    this.loaded = adapters;
     worker.on('message', (m: FromEngine) => this.receive(m));
     worker.on('error', (e) => this.die(e));
     worker.on('exit', (code) => this.die(new Error(`the engine thread exited (code ${code})`)));
@@ -63,7 +68,7 @@ export class EngineClient {
         else if (m.type === 'ready') {
           worker.off('message', onMessage);
           worker.off('error', reject);
-          resolve(new EngineClient(worker, m.info, m.stats));
+          resolve(new EngineClient(worker, m.info, m.stats, m.adapters));
         }
       };
       worker.on('message', onMessage);
@@ -90,6 +95,31 @@ export class EngineClient {
     return this.latest;
   }
 
+  /** Adapters requests may name now. */
+  adapters(): AdapterInfo[] {
+    return this.loaded;
+  }
+
+  /** Registers a PEFT adapter; rejects with the reason (nothing changes) if it is refused. */
+  async loadAdapter(name: string, path: string): Promise<void> {
+    const r = await this.call((call) => ({ type: 'loadAdapter', call, name, path }));
+    if (r.error) throw new Error(r.error);
+  }
+
+  /** Resolves false if no adapter had that name. Running requests on it finish first. */
+  async unloadAdapter(name: string): Promise<boolean> {
+    return (await this.call((call) => ({ type: 'unloadAdapter', call, name }))).found === true;
+  }
+
+  private call(make: (call: number) => ToEngine): Promise<Extract<FromEngine, { type: 'adapterResult' }>> {
+    if (this.fatal) return Promise.reject(this.fatal);
+    const call = ++this.calls;
+    return new Promise((resolve) => {
+      this.pending.set(call, resolve);
+      this.send(make(call));
+    });
+  }
+
   async close(): Promise<void> {
     this.worker.removeAllListeners('exit');
     await this.worker.terminate();
@@ -108,6 +138,10 @@ export class EngineClient {
         q.push(o);
         if (o.finishReason) this.queues.delete(o.id);
       }
+    } else if (m.type === 'adapterResult') {
+      this.loaded = m.adapters;
+      this.pending.get(m.call)?.(m);
+      this.pending.delete(m.call);
     } else if (m.type === 'rejected') {
       this.queues.get(m.id)?.fail(new Error(m.message));
       this.queues.delete(m.id);
@@ -120,5 +154,7 @@ export class EngineClient {
     this.fatal ??= e;
     for (const q of this.queues.values()) q.fail(this.fatal);
     this.queues.clear();
+    for (const [call, done] of this.pending) done({ type: 'adapterResult', call, error: this.fatal.message, adapters: this.loaded });
+    this.pending.clear();
   }
 }

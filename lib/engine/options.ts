@@ -3,6 +3,7 @@ import { freemem } from 'node:os';
 
 import type { ModelConfig } from '../checkpoint/config.js';
 import { KvCache } from '../models/kv_cache.js';
+import type { LoraOptions } from '../lora/manager.js';
 import type { EngineLimits } from './engine.js';
 
 export interface EngineOptions {
@@ -15,6 +16,8 @@ export interface EngineOptions {
   maxNumBatchedTokens: number;
   kvCache: { blockSize: number; numBlocks?: number; memoryFraction?: number };
   prefixCache: boolean;
+  /** LoRA pool; absent means LoRA is off (no adapter code runs). */
+  lora?: LoraOptions & { adapters: { name: string; path: string }[] };
   onProgress?: (message: string) => void;
 }
 
@@ -35,5 +38,6 @@ export function engineLimits(config: ModelConfig, o: EngineOptions): EngineLimit
   return {
     maxModelLen, blockSize, numBlocks,
     maxBatchSize: o.maxBatchSize, maxNumBatchedTokens: o.maxNumBatchedTokens, prefixCache: o.prefixCache,
+    lora: o.lora && { slots: o.lora.slots, maxRank: o.lora.maxRank, hostCache: o.lora.hostCache, targets: o.lora.targets },
   };
 }

@@ -2,14 +2,22 @@
 import type { EngineOptions } from './options.js';
 import type { EngineStats, GenerateRequest, ModelInfo, RequestOutput } from './types.js';
 
+export interface AdapterInfo {
+  name: string;
+  path: string;
+}
+
 export type ToEngine =
   | { type: 'add'; request: GenerateRequest }
   | { type: 'abort'; id: string }
+  | { type: 'loadAdapter'; call: number; name: string; path: string }
+  | { type: 'unloadAdapter'; call: number; name: string }
   | { type: 'close' };
 
 export type FromEngine =
   | { type: 'progress'; message: string }
-  | { type: 'ready'; info: ModelInfo; stats: EngineStats }
+  | { type: 'ready'; info: ModelInfo; stats: EngineStats; adapters: AdapterInfo[] }
+  | { type: 'adapterResult'; call: number; error?: string; found?: boolean; adapters: AdapterInfo[] }
   | { type: 'outputs'; outputs: RequestOutput[]; stats: EngineStats }
   | { type: 'rejected'; id: string; message: string }
   | { type: 'fatal'; message: string };

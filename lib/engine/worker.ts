@@ -38,13 +38,20 @@ function start(init: WorkerInit): Engine {
   });
   const limits = engineLimits(model.config, init);
   send({ type: 'progress', message: `KV cache: ${limits.numBlocks} blocks of ${limits.blockSize} tokens` });
-  return new Engine(model, limits);
+  const engine = new Engine(model, limits);
+  for (const a of init.lora?.adapters ?? []) {
+    engine.loadAdapter(a.name, a.path);
+    send({ type: 'progress', message: `adapter ${a.name} loaded from ${a.path}` });
+  }
+  return engine;
 }
+
+const adapters = () => engine.lora?.list() ?? [];
 
 let engine: Engine;
 try {
   engine = start(workerData as WorkerInit);
-  send({ type: 'ready', info: engine.info, stats: engine.stats() });
+  send({ type: 'ready', info: engine.info, stats: engine.stats(), adapters: adapters() });
 } catch (e) {
   send({ type: 'fatal', message: (e as Error).message });
   process.exit(1);
@@ -79,6 +86,16 @@ port.on('message', (m: ToEngine) => {
       stepping = true;
       setImmediate(loop);
     }
+  } else if (m.type === 'loadAdapter') {
+    try {
+      engine.loadAdapter(m.name, m.path);
+      send({ type: 'adapterResult', call: m.call, adapters: adapters(), found: true });
+    } catch (e) {
+      send({ type: 'adapterResult', call: m.call, error: (e as Error).message, adapters: adapters() });
+    }
+  } else if (m.type === 'unloadAdapter') {
+    const found = engine.unloadAdapter(m.name);
+    send({ type: 'adapterResult', call: m.call, found, adapters: adapters() });
   } else if (m.type === 'abort') {
     const out = engine.abort(m.id);
     if (out) send({ type: 'outputs', outputs: [out], stats: engine.stats() });
