@@ -1,0 +1,58 @@
+// The one schema of serve.yaml: its keys, types, limits and defaults. The loader validates
+// with it, fills defaults from it, and words its errors from it.
+
+export type Device = 'auto' | 'cpu' | 'cuda';
+export type Dtype = 'bf16' | 'f16' | 'f32';
+
+/** serve.yaml after validation and defaults, with `model` resolved to an absolute path. */
+export interface ServeConfig {
+  /** Checkpoint folder (absolute). */
+  model: string;
+  /** The name clients put in `model`; defaults to `model` as written. */
+  served_model_name: string;
+  device: Device;
+  dtype?: Dtype;
+  /** Longest prompt + output; absent means the model's max_position_embeddings. */
+  max_seq_len?: number;
+  max_batch_size: number;
+  max_num_batched_tokens: number;
+  kv_cache: { block_size: number; num_blocks?: number; memory_fraction?: number };
+  prefix_cache: boolean;
+  server: { host: string; port: number; max_body_bytes?: number };
+}
+
+export const serveConfigSchema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['model'],
+  properties: {
+    model: { type: 'string', minLength: 1 },
+    served_model_name: { type: 'string', minLength: 1 },
+    device: { type: 'string', enum: ['auto', 'cpu', 'cuda'], default: 'auto' },
+    dtype: { type: 'string', enum: ['bf16', 'f16', 'f32'] },
+    max_seq_len: { type: 'integer', minimum: 1 },
+    max_batch_size: { type: 'integer', minimum: 1, default: 64 },
+    max_num_batched_tokens: { type: 'integer', minimum: 1, default: 2048 },
+    kv_cache: {
+      type: 'object',
+      additionalProperties: false,
+      default: {},
+      properties: {
+        block_size: { type: 'integer', minimum: 1, default: 16 },
+        num_blocks: { type: 'integer', minimum: 1 },
+        memory_fraction: { type: 'number', exclusiveMinimum: 0, maximum: 1 },
+      },
+    },
+    prefix_cache: { type: 'boolean', default: true },
+    server: {
+      type: 'object',
+      additionalProperties: false,
+      default: {},
+      properties: {
+        host: { type: 'string', minLength: 1, default: '127.0.0.1' },
+        port: { type: 'integer', minimum: 0, maximum: 65535, default: 8000 },
+        max_body_bytes: { type: 'integer', minimum: 1 },
+      },
+    },
+  },
+} as const;

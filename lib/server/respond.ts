@@ -1,0 +1,61 @@
+// Sends a generation as one JSON response or as a stream of SSE chunks. The two paths read
+// the same steps, so a streamed response concatenates to exactly the non-streamed one.
+import type { FastifyReply } from 'fastify';
+
+import type { TokenLogprob } from '../engine/types.js';
+import { ApiError, internalError } from './errors.js';
+import type { GenerationEnd, GenerationStep } from './generation.js';
+import { type Usage, usageOf } from './openai.js';
+import { SseStream } from './sse.js';
+
+/** How one API words its responses (completions and chat differ only here). */
+export interface Presenter {
+  /** Chunks sent before any token (chat: the assistant role). */
+  opening(): unknown[];
+  /** The chunk for one step, or null when it carries nothing (text held back, no logprobs). */
+  chunk(step: GenerationStep): unknown;
+  /** With stream_options.include_usage: the last chunk, usage and no choices. */
+  usageChunk(usage: Usage): unknown;
+  complete(text: string, logprobs: TokenLogprob[], end: GenerationEnd): unknown;
+}
+
+export async function respond(
+  reply: FastifyReply,
+  steps: AsyncGenerator<GenerationStep>,
+  opts: { stream: boolean; includeUsage: boolean },
+  presenter: Presenter,
+): Promise<unknown> {
+  if (!opts.stream) return collect(steps, presenter);
+  await stream(reply, steps, opts.includeUsage, presenter);
+  return reply;
+}
+
+async function collect(steps: AsyncGenerator<GenerationStep>, presenter: Presenter): Promise<unknown> {
+  let text = '';
+  const logprobs: TokenLogprob[] = [];
+  for await (const step of steps) {
+    text += step.text;
+    logprobs.push(...step.logprobs);
+    if (step.end !== undefined) return presenter.complete(text, logprobs, step.end);
+  }
+  throw internalError('the generation ended without a result');
+}
+
+async function stream(reply: FastifyReply, steps: AsyncGenerator<GenerationStep>, includeUsage: boolean, presenter: Presenter): Promise<void> {
+  const sse = new SseStream(reply);
+  try {
+    for (const chunk of presenter.opening()) await sse.send(chunk);
+    for await (const step of steps) {
+      // The client left: returning ends the generator, whose cleanup aborts the engine request.
+      if (!sse.open) return;
+      const chunk = presenter.chunk(step);
+      if (chunk !== null) await sse.send(chunk);
+      if (step.end !== undefined && includeUsage) await sse.send(presenter.usageChunk(usageOf(step.end)));
+    }
+  } catch (e) {
+    // Headers are gone already: the error travels as an event, in the same OpenAI shape.
+    const error = e instanceof ApiError ? e : internalError(`generation failed: ${(e as Error).message}`);
+    await sse.send(error.toBody());
+  }
+  sse.end();
+}
