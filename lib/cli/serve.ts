@@ -23,6 +23,8 @@ options (each overrides the same setting in the config file):
       --host HOST              address to listen on (default 127.0.0.1)
   -p, --port PORT              port to listen on (default 8000; 0 picks a free one)
       --served-model-name NAME the name clients send as "model"
+      --lora-modules NAME=PATH a PEFT LoRA adapter to serve as model NAME
+                               (repeatable; turns LoRA on)
   -h, --help                   show this help
 `;
 
@@ -36,6 +38,7 @@ const OPTIONS = {
   host: { type: 'string' },
   port: { type: 'string', short: 'p' },
   'served-model-name': { type: 'string' },
+  'lora-modules': { type: 'string', multiple: true },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -53,6 +56,16 @@ export async function runServe(args: string[]): Promise<number> {
     return 0;
   }
 
+  const loraModules: { name: string; path: string }[] = [];
+  for (const spec of values['lora-modules'] ?? []) {
+    const eq = spec.indexOf('=');
+    if (eq <= 0 || eq === spec.length - 1) {
+      process.stderr.write(`mstar serve: --lora-modules expects NAME=PATH, got ${JSON.stringify(spec)}\n`);
+      return 2;
+    }
+    loraModules.push({ name: spec.slice(0, eq), path: spec.slice(eq + 1) });
+  }
+
   let config: ServeConfig;
   try {
     config = loadServeConfig(values.config, {
@@ -63,6 +76,7 @@ export async function runServe(args: string[]): Promise<number> {
       // Left as text when it is not a number, so the schema reports it as a bad --port.
       port: values.port !== undefined && /^\d+$/.test(values.port) ? Number(values.port) : values.port,
       served_model_name: values['served-model-name'],
+      lora_modules: loraModules,
     });
   } catch (e) {
     if (!(e instanceof ConfigError)) throw e;

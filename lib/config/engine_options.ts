@@ -16,6 +16,13 @@ export function engineOptionsOf(config: ServeConfig, onProgress?: (message: stri
       memoryFraction: config.kv_cache.memory_fraction,
     },
     prefixCache: config.prefix_cache,
+    lora: config.resources.lora && {
+      slots: config.resources.lora.slots,
+      maxRank: config.resources.lora.max_rank,
+      hostCache: config.resources.lora.host_cache,
+      targets: config.resources.lora.targets,
+      adapters: config.resources.lora.adapters,
+    },
     onProgress,
   };
 }

@@ -18,10 +18,12 @@ export interface ServeOverrides {
   /** A string that is not a number is reported as a bad --port. */
   port?: number | string;
   served_model_name?: string;
+  /** --lora-modules name=path: adapters to load at start (turns LoRA on). */
+  lora_modules?: { name: string; path: string }[];
 }
 
 /** Where each override lands in the file's shape, and the flag to blame in errors. */
-const OVERRIDES: Record<keyof ServeOverrides, { path: readonly string[]; flag: string }> = {
+const OVERRIDES: Record<Exclude<keyof ServeOverrides, 'lora_modules'>, { path: readonly string[]; flag: string }> = {
   model: { path: ['model'], flag: '--model' },
   device: { path: ['device'], flag: '--device' },
   dtype: { path: ['dtype'], flag: '--dtype' },
@@ -47,7 +49,8 @@ export function loadServeConfig(file: string | undefined, overrides: ServeOverri
   const raw = file === undefined ? {} : readYaml(file);
 
   const flagOf = new Map<string, string>();
-  for (const [key, value] of Object.entries(overrides) as [keyof ServeOverrides, unknown][]) {
+  const { lora_modules: loraModules, ...plain } = overrides;
+  for (const [key, value] of Object.entries(plain) as [Exclude<keyof ServeOverrides, 'lora_modules'>, unknown][]) {
     if (value === undefined) continue;
     const { path, flag } = OVERRIDES[key];
     setPath(raw, path, value);
@@ -66,6 +69,23 @@ export function loadServeConfig(file: string | undefined, overrides: ServeOverri
   const base = flagOf.has('model') || file === undefined ? process.cwd() : dirname(resolve(file));
   config.model = isAbsolute(config.model) ? config.model : resolve(base, config.model);
   config.served_model_name ??= modelAsWritten as string;
+  const fileBase = file === undefined ? process.cwd() : dirname(resolve(file));
+  if (config.resources.lora) {
+    for (const a of config.resources.lora.adapters) a.path = resolve(fileBase, a.path);
+  }
+  if (loraModules && loraModules.length > 0) {
+    // Command-line adapters turn LoRA on with the schema's defaults when the file did not.
+    if (!config.resources.lora) {
+      const withLora = { ...raw, resources: { lora: {} } };
+      validate(withLora);
+      config.resources.lora = (withLora as unknown as ServeConfig).resources.lora;
+    }
+    const lora = config.resources.lora!;
+    for (const m of loraModules) {
+      if (lora.adapters.some((a) => a.name === m.name)) throw new ConfigError(`--lora-modules: adapter ${m.name} is given twice`);
+      lora.adapters.push({ name: m.name, path: resolve(process.cwd(), m.path) });
+    }
+  }
   return config;
 }
 

@@ -19,6 +19,22 @@ export interface ServeConfig {
   kv_cache: { block_size: number; num_blocks?: number; memory_fraction?: number };
   prefix_cache: boolean;
   server: { host: string; port: number; max_body_bytes?: number };
+  /** Optional engine resources; `lora` turns per-request adapters on. */
+  resources: { lora?: LoraConfig };
+}
+
+export interface LoraConfig {
+  /** Adapters resident at once (GPU slots), besides the zero adapter. */
+  slots: number;
+  max_rank: number;
+  /** Adapters kept read in host memory. */
+  host_cache: number;
+  /** HF module names adapters may target. */
+  targets: string[];
+  /** Loaded at start; relative paths resolve against the YAML file's folder. */
+  adapters: { name: string; path: string }[];
+  /** Enables POST /v1/load_lora_adapter and /v1/unload_lora_adapter. */
+  runtime_updates: boolean;
 }
 
 export const serveConfigSchema = {
@@ -52,6 +68,36 @@ export const serveConfigSchema = {
         host: { type: 'string', minLength: 1, default: '127.0.0.1' },
         port: { type: 'integer', minimum: 0, maximum: 65535, default: 8000 },
         max_body_bytes: { type: 'integer', minimum: 1 },
+      },
+    },
+    resources: {
+      type: 'object',
+      additionalProperties: false,
+      default: {},
+      properties: {
+        lora: {
+          type: 'object',
+          additionalProperties: false,
+          properties: {
+            slots: { type: 'integer', minimum: 1, default: 4 },
+            max_rank: { type: 'integer', minimum: 1, maximum: 512, default: 16 },
+            host_cache: { type: 'integer', minimum: 1, default: 32 },
+            targets: {
+              type: 'array', minItems: 1, uniqueItems: true,
+              items: { type: 'string', enum: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'embed_tokens', 'lm_head'] },
+              default: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'embed_tokens', 'lm_head'],
+            },
+            adapters: {
+              type: 'array',
+              default: [],
+              items: {
+                type: 'object', additionalProperties: false, required: ['name', 'path'],
+                properties: { name: { type: 'string', minLength: 1 }, path: { type: 'string', minLength: 1 } },
+              },
+            },
+            runtime_updates: { type: 'boolean', default: false },
+          },
+        },
       },
     },
   },

@@ -143,7 +143,8 @@ export class EngineClient {
       this.pending.get(m.call)?.(m);
       this.pending.delete(m.call);
     } else if (m.type === 'rejected') {
-      this.queues.get(m.id)?.fail(new Error(m.message));
+      // The engine refused the request itself (too long, unknown adapter): a client error.
+      this.queues.get(m.id)?.fail(Object.assign(new Error(m.message), { statusCode: 400 }));
       this.queues.delete(m.id);
     } else if (m.type === 'fatal') {
       this.die(new Error(m.message));

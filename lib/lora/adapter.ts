@@ -41,16 +41,19 @@ export interface Adapter {
 
 export interface AdapterLimits {
   maxRank: number;
-  /** Engine target kinds the pool serves: 'qkv', 'o', 'gate_up', 'down', 'embed', 'lm_head'. */
+  /** HF module names the pool serves, e.g. 'q_proj', 'down_proj', 'embed_tokens', 'lm_head'. */
   targets: ReadonlySet<string>;
 }
+
+/** Every module name a Llama-family model can carry adapters on. */
+export const ALL_TARGETS = ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'embed_tokens', 'lm_head'];
 
 const PREFIX = 'base_model.model.';
 const LORA_KEY = /^(.*)\.(lora_A\.weight|lora_B\.weight|lora_embedding_A|lora_embedding_B)$/;
 
-/** The engine target kind of a located module: 'layers.3.qkv' → 'qkv'. */
-export function targetKind(loc: ModuleLocation): string {
-  return loc.engine.replace(/^layers\.\d+\./, '');
+/** The module's own name: 'model.layers.3.self_attn.k_proj' → 'k_proj'. */
+export function moduleName(hfPath: string): string {
+  return hfPath.slice(hfPath.lastIndexOf('.') + 1);
 }
 
 export function readAdapter(name: string, dir: string, model: ModelConfig, limits: AdapterLimits): Adapter {
@@ -94,8 +97,8 @@ export function readAdapter(name: string, dir: string, model: ModelConfig, limit
     const key = PREFIX + path;
     const loc = locateModule(model, model.family, path);
     if (!loc) fail(key, `the ${model.family} model has no module ${path.slice(PREFIX.length)}`);
-    if (!limits.targets.has(targetKind(loc!))) {
-      fail(key, `target ${targetKind(loc!)} is not enabled in resources.lora.targets (${[...limits.targets].join(', ')})`);
+    if (!limits.targets.has(moduleName(loc!.hf))) {
+      fail(key, `target ${moduleName(loc!.hf)} is not enabled in resources.lora.targets (${[...limits.targets].join(', ')})`);
     }
     if (!p.a || !p.b) fail(key, `has ${p.a ? 'lora_A' : 'lora_B'} but not ${p.a ? 'lora_B' : 'lora_A'}`);
     const hf = loc!.hf;

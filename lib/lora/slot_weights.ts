@@ -6,6 +6,7 @@ import { addon, type Tensor } from '../addon/index.js';
 import type { ModelConfig } from '../checkpoint/config.js';
 import { rulesFor } from '../checkpoint/families/index.js';
 import { engineWeights } from '../checkpoint/rules.js';
+import { moduleName } from './adapter.js';
 import type { HostAdapter } from './host_adapter.js';
 
 export interface LoraTarget {
@@ -21,10 +22,10 @@ export interface LoraTarget {
 export class SlotWeights {
   readonly targets = new Map<string, LoraTarget>();
 
-  constructor(readonly config: ModelConfig, readonly numSlots: number, readonly rank: number, kinds: ReadonlySet<string>) {
+  /** `targets`: HF module names; a fused weight gets slots if any of its parts is a target. */
+  constructor(readonly config: ModelConfig, readonly numSlots: number, readonly rank: number, targets: ReadonlySet<string>) {
     for (const w of engineWeights(config, rulesFor(config.family))) {
-      const kind = w.name.replace(/^layers\.\d+\./, '');
-      if (!kinds.has(kind) || w.rule.kind === 'norm') continue;
+      if (w.rule.kind === 'norm' || !w.parts.some((p) => targets.has(moduleName(p.hf)))) continue;
       const embedding = w.rule.kind === 'embedding';
       const [rows, cols] = w.shape;
       const offsets = w.parts.map((p) => p.rowOffset);

@@ -11,6 +11,7 @@ import { ServerMetrics } from './metrics.js';
 import { registerChat } from './routes/chat.js';
 import { registerCompletions } from './routes/completions.js';
 import { registerHealth } from './routes/health.js';
+import { registerLora } from './routes/lora.js';
 import { registerMetrics } from './routes/metrics.js';
 import { registerModels } from './routes/models.js';
 
@@ -55,6 +56,7 @@ export function buildApp(opts: AppOptions): FastifyInstance {
   registerCompletions(app, ctx);
   registerChat(app, ctx);
   registerModels(app, ctx);
+  registerLora(app, ctx);
   registerHealth(app);
   registerMetrics(app, ctx);
   return app;

@@ -10,4 +10,8 @@ export interface Engine {
   abort(id: string): void;
   /** Latest counters, read synchronously at scrape time. */
   stats(): EngineStats;
+  /** LoRA adapters requests may name; absent or empty when LoRA is off. */
+  adapters?(): { name: string; path: string }[];
+  loadAdapter?(name: string, path: string): Promise<void>;
+  unloadAdapter?(name: string): Promise<boolean>;
 }

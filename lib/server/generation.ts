@@ -13,6 +13,8 @@ export interface GenerationInput {
   skipSpecialTokens: boolean;
   /** performance.now() when the request arrived, for TTFT and end-to-end latency. */
   arrivedAt: number;
+  /** The LoRA adapter to run, if any. */
+  adapter?: string;
 }
 
 export interface GenerationEnd {
@@ -51,7 +53,8 @@ export async function* runGeneration(deps: GenerationDeps, input: GenerationInpu
     minTokens: input.params.minTokens,
     skipSpecialTokens: input.skipSpecialTokens,
   });
-  const outputs = engine.generate({ id: input.id, promptIds: input.promptIds, params: input.params })[Symbol.asyncIterator]();
+  const request = { id: input.id, promptIds: input.promptIds, params: input.params, ...(input.adapter ? { adapter: input.adapter } : {}) };
+  const outputs = engine.generate(request)[Symbol.asyncIterator]();
   let engineDone = false;
   const abortEngine = (): void => {
     if (!engineDone) engine.abort(input.id);

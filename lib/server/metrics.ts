@@ -46,6 +46,14 @@ export class ServerMetrics {
     mirror('mstar:prefix_cache_queries_total', 'Prompt tokens looked up in the prefix cache.', (s) => s.prefixCacheQueries);
     mirror('mstar:prefix_cache_hits_total', 'Prompt tokens found in the prefix cache.', (s) => s.prefixCacheHits);
 
+    // The adapter pool (zero while LoRA is off).
+    gauge('mstar:lora_adapters_registered', 'LoRA adapters requests may name.', (s) => s.lora?.registered ?? 0);
+    gauge('mstar:lora_adapters_resident', 'LoRA adapters in GPU slots.', (s) => s.lora?.resident ?? 0);
+    gauge('mstar:lora_requests_waiting_for_slot', 'Waiting requests whose adapter has no slot yet.', (s) => s.lora?.waitingForSlot ?? 0);
+    mirror('mstar:lora_loads_total', 'Adapter loads into a slot.', (s) => s.lora?.loads ?? 0);
+    mirror('mstar:lora_evictions_total', 'Adapters evicted from a slot for another.', (s) => s.lora?.evictions ?? 0);
+    mirror('mstar:lora_load_seconds_total', 'Time spent copying adapters into slots.', (s) => s.lora?.loadSeconds ?? 0);
+
     this.ttft = new Histogram({ name: 'mstar:time_to_first_token_seconds', help: 'Time from request arrival to its first token.', buckets: TTFT_BUCKETS, registers });
     this.itl = new Histogram({ name: 'mstar:inter_token_latency_seconds', help: 'Time between successive outputs of a request.', buckets: ITL_BUCKETS, registers });
     this.e2e = new Histogram({ name: 'mstar:e2e_request_latency_seconds', help: 'Time from request arrival to its last token.', buckets: E2E_BUCKETS, registers });

@@ -2,15 +2,28 @@
 import { randomUUID } from 'node:crypto';
 
 import { invalidRequest, modelNotFound } from './errors.js';
+import type { Engine } from './engine_port.js';
 import type { Body } from './fields.js';
 import type { GenerationEnd } from './generation.js';
 
-/** `model` may be left out (vLLM serves its one model then); otherwise it must be the served name. */
-export function checkModel(body: Body, servedName: string): void {
+export interface RequestedModel {
+  /** What the response's `model` field says. */
+  name: string;
+  /** The LoRA adapter the request runs, if `model` named one. */
+  adapter?: string;
+}
+
+/**
+ * `model` may be left out (vLLM serves its base model then); otherwise it must be the served
+ * name or a loaded adapter's name (as vLLM, the OpenAI `model` field picks the adapter).
+ */
+export function resolveModel(body: Body, servedName: string, engine: Engine): RequestedModel {
   const model = body.model;
-  if (model === undefined || model === null) return;
+  if (model === undefined || model === null) return { name: servedName };
   if (typeof model !== 'string') throw invalidRequest('`model` must be a string.', 'model');
-  if (model !== servedName) throw modelNotFound(model);
+  if (model === servedName) return { name: servedName };
+  if (engine.adapters?.().some((a) => a.name === model)) return { name: model, adapter: model };
+  throw modelNotFound(model);
 }
 
 /** e.g. "cmpl-3f2a…": the same id is the engine's request id. */

@@ -3,7 +3,7 @@
 import type { FastifyReply } from 'fastify';
 
 import type { TokenLogprob } from '../engine/types.js';
-import { ApiError, internalError } from './errors.js';
+import { ApiError, internalError, invalidRequest } from './errors.js';
 import type { GenerationEnd, GenerationStep } from './generation.js';
 import { type Usage, usageOf } from './openai.js';
 import { SseStream } from './sse.js';
@@ -54,7 +54,9 @@ async function stream(reply: FastifyReply, steps: AsyncGenerator<GenerationStep>
     }
   } catch (e) {
     // Headers are gone already: the error travels as an event, in the same OpenAI shape.
-    const error = e instanceof ApiError ? e : internalError(`generation failed: ${(e as Error).message}`);
+    const error = e instanceof ApiError ? e
+      : (e as { statusCode?: number }).statusCode === 400 ? invalidRequest((e as Error).message)
+      : internalError(`generation failed: ${(e as Error).message}`);
     await sse.send(error.toBody());
   }
   sse.end();

@@ -2,6 +2,7 @@
 // refusals that change nothing, and unloading under load.
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { ALL_TARGETS } from '../../lib/lora/adapter.js';
 import { beforeAll, describe, expect, it } from 'vitest';
 
 import type { Engine } from '../../lib/engine/engine.js';
@@ -9,7 +10,7 @@ import { locateModule } from '../../lib/checkpoint/locate.js';
 import { engine, greedy, prompts, runAll, tinyModel } from '../engine/helpers.js';
 import { writeAdapter, type ModuleSpec } from './make_adapter.js';
 
-const TARGETS = ['qkv', 'o', 'gate_up', 'down', 'embed', 'lm_head'];
+const TARGETS = ALL_TARGETS;
 const lora = (slots: number) => ({ lora: { slots, maxRank: 8, hostCache: 4, targets: TARGETS } });
 
 function specs(paths: string[], rank: number): ModuleSpec[] {

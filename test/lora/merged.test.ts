@@ -1,5 +1,6 @@
 // Each row's adapter delta equals serving merged weights W + s·B·A, per target, exactly
 // (fp32 on both sides), and rows of other slots (or slot 0) are untouched.
+import { ALL_TARGETS } from '../../lib/lora/adapter.js';
 import { describe, expect, it } from 'vitest';
 
 import { addon } from '../../lib/addon/index.js';
@@ -10,7 +11,7 @@ import { FIXTURES } from '../parity/fixture.js';
 import { relativeError } from '../parity/greedy_rule.js';
 import { delta, writeAdapter, type ModuleSpec } from './make_adapter.js';
 
-const ALL = ['qkv', 'o', 'gate_up', 'down', 'embed', 'lm_head'];
+const ALL = ALL_TARGETS;
 
 /** Last-token logits of each prompt, every prompt running `slot` (one batch). */
 function logits(model: Model, prompts: number[][], slots: number[], vocab: number): Float32Array[] {

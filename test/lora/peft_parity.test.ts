@@ -3,6 +3,7 @@
 // sides: identical) and top-5 logprobs within 1e-4.
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { ALL_TARGETS } from '../../lib/lora/adapter.js';
 import { describe, expect, it } from 'vitest';
 
 import { FIXTURES } from '../parity/fixture.js';
@@ -13,7 +14,7 @@ interface LoraFixture {
   adapters: Record<string, { path: string; cases: { prompt_ids: number[]; output_ids: number[]; top_logprobs: [number, number][][] }[] }>;
 }
 
-const TARGETS = ['qkv', 'o', 'gate_up', 'down', 'embed', 'lm_head'];
+const TARGETS = ALL_TARGETS;
 
 for (const model of ['tiny-llama', 'tiny-qwen3']) {
   describe(`${model} + PEFT adapters match HF`, () => {

@@ -1,6 +1,6 @@
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 
 import { describe, expect, it } from 'vitest';
 
@@ -36,7 +36,27 @@ describe('loadServeConfig', () => {
       kv_cache: { block_size: 16 },
       prefix_cache: true,
       server: { host: '127.0.0.1', port: 8000 },
+      resources: {},
     });
+  });
+
+  it('turns LoRA on with resources.lora, resolving adapter paths against the file', () => {
+    const file = yamlFile('model: /m\nresources:\n  lora:\n    slots: 2\n    adapters: [{ name: a, path: adapters/a }]\n');
+    const lora = loadServeConfig(file).resources.lora!;
+    expect(lora).toMatchObject({ slots: 2, max_rank: 16, host_cache: 32, runtime_updates: false });
+    expect(lora.targets).toContain('lm_head');
+    expect(lora.adapters).toEqual([{ name: 'a', path: join(dirname(file), 'adapters/a') }]);
+  });
+
+  it('--lora-modules adds adapters and turns LoRA on', () => {
+    const file = yamlFile('model: /m\n');
+    const lora = loadServeConfig(file, { lora_modules: [{ name: 'x', path: '/ad/x' }] }).resources.lora!;
+    expect(lora.adapters).toEqual([{ name: 'x', path: '/ad/x' }]);
+    expect(lora.slots).toBe(4);
+  });
+
+  it('names a bad LoRA key', () => {
+    expect(errorOf(yamlFile('model: /m\nresources: { lora: { slots: 0, targets: [qkv] } }\n'))).toMatch(/resources\.lora\.slots/);
   });
 
   it('reads every key', () => {
@@ -96,7 +116,7 @@ server: { host: 0.0.0.0, port: 9000, max_body_bytes: 1000000 }
   it('rejects unknown keys, nested ones too', () => {
     const file = yamlFile('model: /m\nmax_tokens: 5\nserver: { prot: 1 }\n');
     const lines = errorOf(file).split('\n');
-    expect(lines[0]).toBe(`${file}: unknown key max_tokens (expected one of: model, served_model_name, device, dtype, max_seq_len, max_batch_size, max_num_batched_tokens, kv_cache, prefix_cache, server)`);
+    expect(lines[0]).toBe(`${file}: unknown key max_tokens (expected one of: model, served_model_name, device, dtype, max_seq_len, max_batch_size, max_num_batched_tokens, kv_cache, prefix_cache, server, resources)`);
     expect(lines[1]).toBe(`${file}: unknown key server.prot (expected one of: host, port, max_body_bytes)`);
   });
 

@@ -10,7 +10,7 @@ import { asObject, type Body, optBool } from '../fields.js';
 import { runGeneration } from '../generation.js';
 import { LogprobFormatter } from '../logprobs.js';
 import { parseMessages } from '../messages.js';
-import { checkModel, newRequestId, unixSeconds, usageOf } from '../openai.js';
+import { newRequestId, resolveModel, unixSeconds, usageOf } from '../openai.js';
 import { respond, type Presenter } from '../respond.js';
 import { parseSettings, samplingParamsFor } from '../sampling.js';
 
@@ -18,7 +18,7 @@ export function registerChat(app: FastifyInstance, ctx: ServerContext): void {
   app.post('/v1/chat/completions', async (request, reply) => {
     const arrivedAt = performance.now();
     const body = asObject(request.body, null);
-    checkModel(body, ctx.modelName);
+    const model = resolveModel(body, ctx.modelName, ctx.engine);
     const info = ctx.engine.info;
     const settings = parseSettings(body, 'chat', info);
     const prompt = renderPrompt(ctx, body);
@@ -28,7 +28,7 @@ export function registerChat(app: FastifyInstance, ctx: ServerContext): void {
 
     const id = newRequestId('chatcmpl');
     const created = unixSeconds();
-    const base = { id, object: 'chat.completion.chunk', created, model: ctx.modelName };
+    const base = { id, object: 'chat.completion.chunk', created, model: model.name };
     const lp = new LogprobFormatter(ctx.tokenizer, settings.returnTokensAsTokenIds);
     const wantLogprobs = settings.logprobs !== null;
 
@@ -64,7 +64,7 @@ export function registerChat(app: FastifyInstance, ctx: ServerContext): void {
 
     const steps = runGeneration(
       ctx,
-      { id, promptIds, params, stop: settings.stop, skipSpecialTokens: settings.skipSpecialTokens, arrivedAt },
+      { id, promptIds, params, stop: settings.stop, skipSpecialTokens: settings.skipSpecialTokens, arrivedAt, adapter: model.adapter },
       disconnectSignal(reply),
     );
     return respond(reply, steps, settings, presenter);

@@ -6,7 +6,7 @@ import { disconnectSignal } from '../disconnect.js';
 import { asObject, optBool } from '../fields.js';
 import { runGeneration } from '../generation.js';
 import { LogprobFormatter } from '../logprobs.js';
-import { checkModel, newRequestId, unixSeconds, usageOf } from '../openai.js';
+import { newRequestId, resolveModel, unixSeconds, usageOf } from '../openai.js';
 import { completionPromptIds } from '../prompt.js';
 import { respond, type Presenter } from '../respond.js';
 import { parseSettings, samplingParamsFor } from '../sampling.js';
@@ -15,7 +15,7 @@ export function registerCompletions(app: FastifyInstance, ctx: ServerContext): v
   app.post('/v1/completions', async (request, reply) => {
     const arrivedAt = performance.now();
     const body = asObject(request.body, null);
-    checkModel(body, ctx.modelName);
+    const model = resolveModel(body, ctx.modelName, ctx.engine);
     const info = ctx.engine.info;
     const settings = parseSettings(body, 'completions', info);
     // vLLM adds the tokenizer's special tokens (Llama's BOS) to completion prompts by default.
@@ -25,7 +25,7 @@ export function registerCompletions(app: FastifyInstance, ctx: ServerContext): v
 
     const id = newRequestId('cmpl');
     const created = unixSeconds();
-    const base = { id, object: 'text_completion', created, model: ctx.modelName };
+    const base = { id, object: 'text_completion', created, model: model.name };
     const lp = new LogprobFormatter(ctx.tokenizer, settings.returnTokensAsTokenIds);
     const wantLogprobs = settings.logprobs !== null;
 
@@ -61,7 +61,7 @@ export function registerCompletions(app: FastifyInstance, ctx: ServerContext): v
 
     const steps = runGeneration(
       ctx,
-      { id, promptIds, params, stop: settings.stop, skipSpecialTokens: settings.skipSpecialTokens, arrivedAt },
+      { id, promptIds, params, stop: settings.stop, skipSpecialTokens: settings.skipSpecialTokens, arrivedAt, adapter: model.adapter },
       disconnectSignal(reply),
     );
     return respond(reply, steps, settings, presenter);
