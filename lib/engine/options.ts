@@ -21,8 +21,9 @@ export interface EngineOptions {
   onProgress?: (message: string) => void;
 }
 
-/** Without a size in the options, the CPU cache takes a quarter of free memory, at most 4 GiB. */
-const CPU_DEFAULT_KV_BYTES = 4 * 2 ** 30;
+/** Without a size in the options, the CPU cache holds every batch row at full length, within
+ * a quarter of free memory and at most 2 GiB. */
+const CPU_MAX_KV_BYTES = 2 * 2 ** 30;
 
 export function engineLimits(config: ModelConfig, o: EngineOptions): EngineLimits {
   const maxModelLen = o.maxModelLen ?? config.maxPositionEmbeddings;
@@ -30,10 +31,11 @@ export function engineLimits(config: ModelConfig, o: EngineOptions): EngineLimit
     throw new Error(`max_seq_len ${maxModelLen} is above the model's max_position_embeddings (${config.maxPositionEmbeddings})`);
   }
   const blockSize = o.kvCache.blockSize;
+  const perToken = KvCache.bytesPerToken(config);
   const bytes = o.kvCache.memoryFraction !== undefined
     ? o.kvCache.memoryFraction * freemem()
-    : Math.min(CPU_DEFAULT_KV_BYTES, freemem() / 4);
-  const numBlocks = o.kvCache.numBlocks ?? Math.floor(bytes / (KvCache.bytesPerToken(config) * blockSize));
+    : Math.min(CPU_MAX_KV_BYTES, freemem() / 4, o.maxBatchSize * maxModelLen * perToken);
+  const numBlocks = o.kvCache.numBlocks ?? Math.floor(bytes / (perToken * blockSize));
   if (numBlocks < 1) throw new Error(`the KV cache has room for no block of ${blockSize} tokens`);
   return {
     maxModelLen, blockSize, numBlocks,

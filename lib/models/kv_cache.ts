@@ -8,8 +8,9 @@ export class KvCache {
 
   constructor(config: ModelConfig, readonly numBlocks: number, readonly blockSize: number) {
     const shape = [numBlocks, blockSize, config.numKvHeads, config.headDim];
-    this.k = Array.from({ length: config.numLayers }, () => addon.zeros('f32', shape));
-    this.v = Array.from({ length: config.numLayers }, () => addon.zeros('f32', shape));
+    // Not zeroed: attention only reads slots kvWrite has filled, and untouched pages cost nothing.
+    this.k = Array.from({ length: config.numLayers }, () => addon.empty('f32', shape));
+    this.v = Array.from({ length: config.numLayers }, () => addon.empty('f32', shape));
   }
 
   /** Bytes one cached token takes across all layers. */
