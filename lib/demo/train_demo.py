@@ -612,6 +612,8 @@ def main():
         with open(adir / "adapter_config.json", encoding="utf-8") as f:
             acfg = json.load(f)
         acfg["base_model_name_or_path"] = args.adapter_base_name
+        if isinstance(acfg.get("target_modules"), list):
+            acfg["target_modules"] = sorted(acfg["target_modules"])  # peft writes a set's order
         with open(adir / "adapter_config.json", "w", encoding="utf-8") as f:
             json.dump(acfg, f, indent=2, sort_keys=True)
             f.write("\n")
@@ -645,6 +647,8 @@ def main():
         log(f"size {k}: {fmt_bytes(v)}")
     log(f"size total {out}: {fmt_bytes(dir_size(out))}")
 
+    for f in out.rglob("*"):  # safetensors files are written 0600
+        f.chmod(0o755 if f.is_dir() else 0o644)
     if not args.no_tgz:
         tgz = Path(args.tgz).resolve() if args.tgz else out.with_name(out.name + ".tgz")
         with tarfile.open(tgz, "w:gz") as tf:
