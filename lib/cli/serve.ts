@@ -4,6 +4,7 @@ import type { AddressInfo } from 'node:net';
 import { parseArgs } from 'node:util';
 
 import { engineOptionsOf } from '../config/engine_options.js';
+import { DEMO_NAME, demoModel } from '../config/demo.js';
 import { ConfigError, loadServeConfig } from '../config/load.js';
 import type { ServeConfig } from '../config/schema.js';
 import { EngineClient } from '../engine/client.js';
@@ -11,6 +12,9 @@ import { buildApp } from '../server/app.js';
 import { Tokenizer } from '../tokenizer/tokenizer.js';
 
 export const SERVE_HELP = `usage: mstar serve [--config serve.yaml] [--model DIR] [options]
+
+With neither --config nor --model it serves the small demo model that ships with
+mstar (trained on licence texts) and its two adapters, "shout" and "gpl".
 
 Serves a checkpoint over an OpenAI-compatible HTTP API (/v1/completions,
 /v1/chat/completions, /v1/models, /health, /metrics).
@@ -66,16 +70,20 @@ export async function runServe(args: string[]): Promise<number> {
     loraModules.push({ name: spec.slice(0, eq), path: spec.slice(eq + 1) });
   }
 
+  // Neither a config nor a model: serve the demo model that ships with the package.
+  const demo = values.config === undefined && values.model === undefined ? demoModel() : undefined;
+  if (demo) loraModules.unshift(...demo.adapters);
+
   let config: ServeConfig;
   try {
     config = loadServeConfig(values.config, {
-      model: values.model,
+      model: values.model ?? demo?.model,
       device: values.device,
       dtype: values.dtype,
       host: values.host,
       // Left as text when it is not a number, so the schema reports it as a bad --port.
       port: values.port !== undefined && /^\d+$/.test(values.port) ? Number(values.port) : values.port,
-      served_model_name: values['served-model-name'],
+      served_model_name: values['served-model-name'] ?? (demo ? DEMO_NAME : undefined),
       lora_modules: loraModules,
     });
   } catch (e) {
@@ -103,6 +111,8 @@ export async function runServe(args: string[]): Promise<number> {
   }
   const { port } = app.server.address() as AddressInfo;
   say(`serving ${config.served_model_name} on http://${hostForUrl(config.server.host)}:${port}`);
+  const adapters = engine.adapters().map((a) => a.name);
+  if (adapters.length > 0) say(`adapters (use them as "model"): ${adapters.join(', ')}`);
 
   const signal = await new Promise<NodeJS.Signals>((resolve) => {
     process.once('SIGINT', resolve);
