@@ -1,3 +1,7 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 
 import { HELP, runCli } from '../../lib/cli/cli.js';
@@ -41,7 +45,10 @@ describe('mstar', () => {
     expect(await runCli(['serve', '--model', TINY_QWEN3, '--port', 'http'])).toBe(2);
     expect(err).toBe('--port: server.port must be an integer >= 0 and <= 65535, got "http"\n');
     err = '';
-    expect(await runCli(['serve'])).toBe(2);
+    // (`serve` alone serves the demo model; a config without a model is an error.)
+    const dir = mkdtempSync(join(tmpdir(), 'mstar-cli-'));
+    writeFileSync(join(dir, 'serve.yaml'), 'device: cpu\n');
+    expect(await runCli(['serve', '--config', join(dir, 'serve.yaml')])).toBe(2);
     expect(err).toMatch(/model is required/);
     err = '';
     expect(await runCli(['serve', '--model', '/no/such/model'])).toBe(2);
