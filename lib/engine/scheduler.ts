@@ -86,8 +86,12 @@ export class Scheduler {
       }
       const count = Math.min(seq.pending, budget);
       if (!this.blocks.reserve(seq, seq.numComputed + count)) {
+        // Out of KV blocks: first come, first served. A waiting sequence holds nothing, not
+        // even its cached prefix, or waiters could fill the cache between them and stall.
         this.hooks.release(seq);
-        break;  // out of KV blocks: first come, first served
+        this.blocks.release(seq);
+        seq.numComputed = 0;
+        break;
       }
       this.waiting.splice(i, 1);
       seq.status = 'running';

@@ -70,11 +70,21 @@ describe('preemption under a tiny KV budget', () => {
   afterAll(() => s.close());
 
   it('still completes every request with the right tokens', async () => {
-    const ps = prompts([30, 25, 40, 12, 33, 20], 512, 11);
+    const long = prompts([20], 512, 3)[0];
+    const ps = prompts([30, 25, 40, 12, 33], 512, 11);
+    const longAlone = await completionTokens(await s.post('/v1/completions', greedy(long, 70)), false);
     const one: number[][] = [];
     for (const p of ps) one.push(await completionTokens(await s.post('/v1/completions', greedy(p, 12)), false));
-    const all = await Promise.all(ps.map(async (p) => completionTokens(await s.post('/v1/completions', greedy(p, 12)), false)));
-    expect(all).toEqual(one);
+    // The long request is running (its first chunk is out) before the others arrive, and it
+    // alone nearly fills the cache as it grows: someone must be preempted.
+    const res = await s.post('/v1/completions', greedy(long, 70, { stream: true }));
+    const reader = res.body!.getReader();
+    const first = await reader.read();
+    const rest = Promise.all(ps.map(async (p) => completionTokens(await s.post('/v1/completions', greedy(p, 12)), false)));
+    let text = new TextDecoder().decode(first.value);
+    for (let r = await reader.read(); !r.done; r = await reader.read()) text += new TextDecoder().decode(r.value);
+    expect(await completionTokens(new Response(text), true)).toEqual(longAlone);
+    expect(await rest).toEqual(one);
     expect(await s.metric('mstar:num_preemptions_total')).toBeGreaterThan(0);
     expect(await s.metric('mstar:kv_cache_usage_perc')).toBe(0);
   });

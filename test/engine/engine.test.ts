@@ -123,3 +123,23 @@ describe('engine scheduling', () => {
     });
   });
 });
+
+describe('engine liveness', () => {
+  it('waiting requests never hold KV blocks, so a full cache cannot stall', () => {
+    // A long request fills most of the cache; five more arrive and share a cached prefix.
+    const e = engine({ numBlocks: 24, blockSize: 4 });
+    const long = prompts([20], 512, 3)[0];
+    e.add({ id: 'long', promptIds: long, params: greedy(70) });
+    e.step();
+    e.step();
+    const ps = prompts([30, 25, 40, 12, 33], 512, 11);
+    ps.forEach((p, i) => e.add({ id: `${i}`, promptIds: p, params: greedy(12) }));
+    const done: string[] = [];
+    for (let n = 0; e.hasWork() && n < 2000; n++) {
+      for (const o of e.step()) if (o.finishReason) done.push(o.id);
+    }
+    expect(done.sort()).toEqual(['0', '1', '2', '3', '4', 'long']);
+    expect(e.stats().preemptions).toBeGreaterThan(0);
+    expect(e.stats().kvBlocksUsed).toBe(0);
+  });
+});
