@@ -1,14 +1,12 @@
 // Module init: the Tensor class, tensor constructors, file reads and the op set.
 #include <napi.h>
 
+#include "cublaslt.h"
 #include "file_read.h"
+#include "gpu.h"
 #include "ops.h"
 #include "tensor.h"
 #include "thread_pool.h"
-
-#ifdef MSTAR_WITH_CUDA
-extern "C" int mstarCudaDeviceCount(char* error, int errorLen);
-#endif
 
 namespace mstar {
 namespace {
@@ -30,16 +28,40 @@ Napi::Value BuildInfo(const Napi::CallbackInfo& info) {
 Napi::Value CudaDevices(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Napi::Object o = Napi::Object::New(env);
-#ifdef MSTAR_WITH_CUDA
-  char error[256] = {0};
-  int n = mstarCudaDeviceCount(error, sizeof error);
+  std::string error;
+  int n = gpu::deviceCount(&error);
   o["count"] = n < 0 ? 0 : n;
-  if (n < 0) o["error"] = std::string(error);
-#else
-  o["count"] = 0;
-  o["error"] = "this build of the addon has no CUDA backend (nvcc was not found when it was built)";
-#endif
+  if (n < 0) o["error"] = error;
   return o;
+}
+
+// cudaLibraries(): what was loaded at run time: {cublasLt: {loaded, path?, version?, error?}}.
+// Asking loads them (once); never throws.
+Napi::Value CudaLibraries(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object lt = Napi::Object::New(env);
+#ifdef MSTAR_WITH_CUDA
+  const cublaslt::Status& s = cublaslt::status();
+  lt["loaded"] = s.loaded;
+  if (s.loaded) {
+    lt["path"] = s.path;
+    lt["version"] = double(s.version);
+  } else {
+    lt["error"] = s.error;
+  }
+#else
+  lt["loaded"] = false;
+  lt["error"] = "this build of the addon has no CUDA backend (nvcc was not found when it was built)";
+#endif
+  Napi::Object o = Napi::Object::New(env);
+  o["cublasLt"] = lt;
+  return o;
+}
+
+// synchronize(): waits for every op enqueued on the CUDA stream (a no-op without CUDA).
+Napi::Value Synchronize(const Napi::CallbackInfo& info) {
+  withErrors(info.Env(), "synchronize", [] { gpu::synchronize(); });
+  return info.Env().Undefined();
 }
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
@@ -50,6 +72,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports["readInto"] = Napi::Function::New<ReadInto>(env, "readInto");
   exports["buildInfo"] = Napi::Function::New<BuildInfo>(env, "buildInfo");
   exports["cudaDevices"] = Napi::Function::New<CudaDevices>(env, "cudaDevices");
+  exports["cudaLibraries"] = Napi::Function::New<CudaLibraries>(env, "cudaLibraries");
+  exports["synchronize"] = Napi::Function::New<Synchronize>(env, "synchronize");
   RegisterOps(env, exports);
   RegisterLoraOps(env, exports);
   return exports;

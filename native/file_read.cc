@@ -3,11 +3,13 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "gpu.h"
 #include "tensor.h"
 
 namespace mstar {
@@ -57,12 +59,29 @@ Napi::Value ReadInto(const Napi::CallbackInfo& info) {
 
   size_t srcSize = dtypeSize(src), dstSize = dtypeSize(dst.dtype());
   char* out = static_cast<char*>(dst.data()) + size_t(dstOffset) * dstSize;
+  // Convert through a bounded staging buffer so huge tensors need no second full copy.
+  const size_t chunk = (size_t(8) << 20) / std::max(srcSize, dstSize);
   try {
-    if (src == dst.dtype()) {
+    if (dst.device() == Device::CUDA) {
+      // Read (and convert) into one pinned buffer while the other is copied to the device.
+      gpu::Uploader up(std::min<size_t>(chunk, size_t(count)) * dstSize);
+      std::vector<char> staging(src == dst.dtype() ? 0 : std::min<size_t>(chunk, size_t(count)) * srcSize);
+      for (int64_t done = 0; done < count;) {
+        size_t n = std::min<size_t>(chunk, size_t(count - done));
+        char* pinned = static_cast<char*>(up.buffer());
+        off_t at = off_t(fileOffset + done * int64_t(srcSize));
+        if (src == dst.dtype()) {
+          preadAll(fd.fd, pinned, n * srcSize, at, path);
+        } else {
+          preadAll(fd.fd, staging.data(), n * srcSize, at, path);
+          convertFloats(pinned, dst.dtype(), staging.data(), src, n);
+        }
+        up.send(out + size_t(done) * dstSize, n * dstSize);
+        done += int64_t(n);
+      }
+    } else if (src == dst.dtype()) {
       preadAll(fd.fd, out, size_t(count) * srcSize, off_t(fileOffset), path);
     } else {
-      // Convert through a bounded staging buffer so huge tensors need no second full copy.
-      const size_t chunk = (size_t(8) << 20) / srcSize;
       std::vector<char> staging(std::min<size_t>(chunk, size_t(count)) * srcSize);
       for (int64_t done = 0; done < count;) {
         size_t n = std::min<size_t>(chunk, size_t(count - done));
@@ -71,6 +90,8 @@ Napi::Value ReadInto(const Napi::CallbackInfo& info) {
         done += int64_t(n);
       }
     }
+  } catch (const gpu::Error& e) {
+    throw Napi::Error::New(env, std::string("readInto: ") + e.what());
   } catch (const std::runtime_error& e) {
     throw Napi::Error::New(env, e.what());
   }

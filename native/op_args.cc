@@ -10,6 +10,7 @@ Tensor& OpArgs::tensor(size_t i, const char* name) const {
   if (!Tensor::Is(info_[i])) fail(std::string(name) + " must be a Tensor");
   Tensor* t = Tensor::Unwrap(info_[i].As<Napi::Object>());
   if (t->disposed()) fail(std::string(name) + " is a disposed Tensor");
+  seen_.emplace_back(t, name);
   return *t;
 }
 
@@ -54,9 +55,34 @@ void OpArgs::expectShape(const Tensor& t, std::initializer_list<int64_t> shape, 
   fail(s.str());
 }
 
-void OpArgs::expectCpu(std::initializer_list<const Tensor*> ts) const {
-  for (const Tensor* t : ts)
-    if (t && t->device() != Device::CPU) fail("tensors on the cuda device need the cuda backend, which this build lacks");
+static const char* deviceName(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
+
+bool OpArgs::oneDevice() {
+  if (seen_.empty()) return false;
+  Device d = seen_[0].first->device();
+  for (auto& [t, name] : seen_)
+    if (t->device() != d)
+      fail(std::string(name) + " is on " + deviceName(t->device()) + " but " + seen_[0].second + " is on " +
+           deviceName(d) + " (all tensors of one call must be on one device)");
+  cuda_ = d == Device::CUDA;
+  return cuda_;
+}
+
+DType OpArgs::expectAct(const Tensor& t, const char* name) {
+  if (!cuda_) {
+    expectDType(t, DType::F32, name);
+    return DType::F32;
+  }
+  if (t.dtype() != DType::F32 && t.dtype() != DType::BF16)
+    fail(std::string(name) + " must be f32 or bf16 on cuda, got " + t.describe());
+  if (!act_) {
+    act_ = &t;
+    actName_ = name;
+  } else if (t.dtype() != act_->dtype()) {
+    fail(std::string(name) + " is " + t.describe() + " but " + actName_ + " is " + act_->describe() +
+         " (activations of one call share a dtype)");
+  }
+  return t.dtype();
 }
 
 }  // namespace mstar

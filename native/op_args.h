@@ -4,6 +4,8 @@
 #include <napi.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cpu/ops.h"
 #include "tensor.h"
@@ -25,8 +27,21 @@ class OpArgs {
   void expectFloat(const Tensor& t, const char* name) const;
   void expectShape(const Tensor& t, std::initializer_list<int64_t> shape, const char* name) const;
   void expectRank(const Tensor& t, size_t rank, const char* name) const;
-  // Every tensor of an op lives on one device; only the CPU backend exists in this build.
-  void expectCpu(std::initializer_list<const Tensor*> ts) const;
+  // Every tensor of an op lives on one device: checks all tensors read so far and
+  // returns true for cuda. Call it before the dtype checks, which depend on the device.
+  bool oneDevice();
+  // An activation operand: f32 on the CPU; f32 or bf16 on CUDA, the same for every
+  // activation of the call. Returns its dtype.
+  DType expectAct(const Tensor& t, const char* name);
+  // Runs a backend kernel, turning a CUDA error into "<op>: <reason>".
+  template <typename F>
+  void run(F&& f) const {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      fail(e.what());
+    }
+  }
 
   cpu::Weights weights(const Tensor& t) const { return {t.data(), t.dtype()}; }
   Napi::Env env() const { return info_.Env(); }
@@ -34,6 +49,10 @@ class OpArgs {
  private:
   const Napi::CallbackInfo& info_;
   const char* op_;
+  mutable std::vector<std::pair<const Tensor*, const char*>> seen_;  // for oneDevice()
+  bool cuda_ = false;
+  const Tensor* act_ = nullptr;  // the first activation operand
+  const char* actName_ = nullptr;
 };
 
 }  // namespace mstar

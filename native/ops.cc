@@ -1,8 +1,11 @@
-// N-API bindings of the op set: check every argument, then run the backend kernel.
-// Ops write into caller-provided outputs, so a runner can keep static buffers.
+// N-API bindings of the op set: check every argument, then run the backend kernel of the
+// device the tensors live on (all on one device). Ops write into caller-provided outputs,
+// so a runner can keep static buffers. Values that live in device memory (ids, slots,
+// block tables) are checked on the CPU only: reading them would wait for the GPU.
 #include "ops.h"
 
 #include "cpu/ops.h"
+#include "gpu_ops.h"
 #include "op_args.h"
 
 namespace mstar {
@@ -15,13 +18,15 @@ cpu::HeadLayout headLayout(const OpArgs& a, size_t i) {
   return l;
 }
 
-void expectQkv(const OpArgs& a, const Tensor& qkv, cpu::HeadLayout l) {
-  a.expectDType(qkv, DType::F32, "qkv");
+DType expectQkv(OpArgs& a, const Tensor& qkv, cpu::HeadLayout l) {
+  DType act = a.expectAct(qkv, "qkv");
   a.expectRank(qkv, 2, "qkv");
   a.expectShape(qkv, {qkv.dim(0), l.rowWidth()}, "qkv ([tokens, (numHeads + 2 * numKvHeads) * headDim])");
+  return act;
 }
 
 void expectIdsInRange(const OpArgs& a, const Tensor& ids, int64_t limit, const char* name) {
+  if (ids.device() != Device::CPU) return;
   const int32_t* p = ids.ptr<int32_t>();
   for (int64_t i = 0; i < ids.numel(); ++i)
     if (p[i] < 0 || p[i] >= limit)
@@ -29,27 +34,43 @@ void expectIdsInRange(const OpArgs& a, const Tensor& ids, int64_t limit, const c
              std::to_string(limit) + ")");
 }
 
-cpu::KvCache kvCache(const OpArgs& a, Tensor& k, Tensor& v, cpu::HeadLayout l) {
-  a.expectDType(k, DType::F32, "kCache");
+// The cache's dtype: f32 on the CPU; f32 or bf16 on CUDA (independent of the activations).
+DType expectCacheDType(const OpArgs& a, const Tensor& t, const char* name, bool cuda) {
+  if (!cuda) a.expectDType(t, DType::F32, name);
+  else if (t.dtype() != DType::F32 && t.dtype() != DType::BF16)
+    a.fail(std::string(name) + " must be f32 or bf16 on cuda, got " + t.describe());
+  return t.dtype();
+}
+
+gpu::KvCache kvCache(const OpArgs& a, Tensor& k, Tensor& v, cpu::HeadLayout l, bool cuda) {
+  DType d = expectCacheDType(a, k, "kCache", cuda);
   a.expectRank(k, 4, "kCache");
   a.expectShape(k, {k.dim(0), k.dim(1), l.numKvHeads, l.headDim}, "kCache ([blocks, blockSize, numKvHeads, headDim])");
   a.expect(k.dim(1) > 0, "kCache " + k.describe() + " must have a block size of at least 1");  // slots divide by it
   a.expectShape(v, {k.dim(0), k.dim(1), l.numKvHeads, l.headDim}, "vCache (the shape of kCache)");
-  a.expectDType(v, DType::F32, "vCache");
-  return {k.ptr<float>(), v.ptr<float>(), k.dim(0), k.dim(1)};
+  expectCacheDType(a, v, "vCache", cuda);
+  a.expect(v.dtype() == d, "vCache " + v.describe() + " must have the dtype of kCache " + k.describe());
+  return {k.data(), v.data(), d, k.dim(0), k.dim(1)};
+}
+
+cpu::KvCache cpuCache(const gpu::KvCache& c) {
+  return {static_cast<float*>(c.k), static_cast<float*>(c.v), c.numBlocks, c.blockSize};
 }
 
 Napi::Value Embedding(const Napi::CallbackInfo& info) {
   OpArgs a(info, "embedding");
   Tensor &out = a.tensor(0, "out"), &table = a.tensor(1, "table"), &ids = a.tensor(2, "ids");
-  a.expectCpu({&out, &table, &ids});
+  bool cuda = a.oneDevice();
   a.expectFloat(table, "table");
   a.expectRank(table, 2, "table");
   a.expectDType(ids, DType::I32, "ids");
-  a.expectDType(out, DType::F32, "out");
+  DType act = a.expectAct(out, "out");
   a.expectShape(out, {ids.numel(), table.dim(1)}, "out");
   expectIdsInRange(a, ids, table.dim(0), "ids");
-  cpu::embedding(out.ptr<float>(), a.weights(table), ids.ptr<int32_t>(), ids.numel(), table.dim(1));
+  if (cuda)
+    a.run([&] { gpu::embedding(act, out.data(), a.weights(table), table.dim(0), ids.ptr<int32_t>(), ids.numel(), table.dim(1)); });
+  else
+    cpu::embedding(out.ptr<float>(), a.weights(table), ids.ptr<int32_t>(), ids.numel(), table.dim(1));
   return info.Env().Undefined();
 }
 
@@ -57,16 +78,17 @@ Napi::Value RmsNorm(const Napi::CallbackInfo& info) {
   OpArgs a(info, "rmsNorm");
   Tensor &out = a.tensor(0, "out"), &x = a.tensor(1, "x"), &w = a.tensor(2, "w");
   float eps = float(a.number(3, "eps"));
-  a.expectCpu({&out, &x, &w});
-  a.expectDType(x, DType::F32, "x");
-  a.expectDType(out, DType::F32, "out");
+  bool cuda = a.oneDevice();
+  DType act = a.expectAct(x, "x");
+  a.expectAct(out, "out");
   a.expectFloat(w, "w");
   a.expectRank(w, 1, "w");
   int64_t d = w.dim(0);
   a.expect(d > 0, "w " + w.describe() + " must not be empty");  // rows = x.numel() / d below
   a.expect(x.rank() >= 1 && x.dim(x.rank() - 1) == d, "x " + x.describe() + " must end in the length of w " + w.describe());
   a.expect(out.numel() == x.numel(), "out " + out.describe() + " must have as many elements as x " + x.describe());
-  cpu::rmsNorm(out.ptr<float>(), x.ptr<float>(), a.weights(w), x.numel() / d, d, eps);
+  if (cuda) a.run([&] { gpu::rmsNorm(act, out.data(), x.data(), a.weights(w), x.numel() / d, d, eps); });
+  else cpu::rmsNorm(out.ptr<float>(), x.ptr<float>(), a.weights(w), x.numel() / d, d, eps);
   return info.Env().Undefined();
 }
 
@@ -75,9 +97,10 @@ Napi::Value AddRmsNorm(const Napi::CallbackInfo& info) {
   Tensor &res = a.tensor(0, "residual"), &x = a.tensor(1, "x"), &w = a.tensor(2, "w");
   float eps = float(a.number(3, "eps"));
   Tensor& out = a.tensor(4, "out");
-  a.expectCpu({&res, &x, &w, &out});
+  bool cuda = a.oneDevice();
+  DType act = DType::F32;
   for (auto [t, n] : {std::pair<Tensor*, const char*>{&res, "residual"}, {&x, "x"}, {&out, "out"}}) {
-    a.expectDType(*t, DType::F32, n);
+    act = a.expectAct(*t, n);
     a.expectRank(*t, 2, n);
   }
   a.expectFloat(w, "w");
@@ -85,7 +108,10 @@ Napi::Value AddRmsNorm(const Napi::CallbackInfo& info) {
   a.expectShape(res, {res.dim(0), w.dim(0)}, "residual");
   a.expectShape(x, {res.dim(0), w.dim(0)}, "x");
   a.expectShape(out, {res.dim(0), w.dim(0)}, "out");
-  cpu::addRmsNorm(res.ptr<float>(), x.ptr<float>(), a.weights(w), out.ptr<float>(), res.dim(0), w.dim(0), eps);
+  if (cuda)
+    a.run([&] { gpu::addRmsNorm(act, res.data(), x.data(), a.weights(w), out.data(), res.dim(0), w.dim(0), eps); });
+  else
+    cpu::addRmsNorm(res.ptr<float>(), x.ptr<float>(), a.weights(w), out.ptr<float>(), res.dim(0), w.dim(0), eps);
   return info.Env().Undefined();
 }
 
@@ -94,13 +120,14 @@ Napi::Value HeadRmsNorm(const Napi::CallbackInfo& info) {
   Tensor &qkv = a.tensor(0, "qkv"), &qw = a.tensor(1, "qWeight"), &kw = a.tensor(2, "kWeight");
   cpu::HeadLayout l = headLayout(a, 3);
   float eps = float(a.number(6, "eps"));
-  a.expectCpu({&qkv, &qw, &kw});
-  expectQkv(a, qkv, l);
+  bool cuda = a.oneDevice();
+  DType act = expectQkv(a, qkv, l);
   a.expectFloat(qw, "qWeight");
   a.expectShape(qw, {l.headDim}, "qWeight");
   a.expectShape(kw, {l.headDim}, "kWeight");
   a.expect(kw.dtype() == qw.dtype(), "qWeight and kWeight must share a dtype");
-  cpu::headRmsNorm(qkv.ptr<float>(), a.weights(qw), a.weights(kw), qkv.dim(0), l, eps);
+  if (cuda) a.run([&] { gpu::headRmsNorm(act, qkv.data(), a.weights(qw), a.weights(kw), qkv.dim(0), l, eps); });
+  else cpu::headRmsNorm(qkv.ptr<float>(), a.weights(qw), a.weights(kw), qkv.dim(0), l, eps);
   return info.Env().Undefined();
 }
 
@@ -108,14 +135,14 @@ Napi::Value Linear(const Napi::CallbackInfo& info) {
   OpArgs a(info, "linear");
   Tensor &out = a.tensor(0, "out"), &x = a.tensor(1, "x"), &w = a.tensor(2, "w");
   Tensor* bias = a.optionalTensor(3, "bias");
-  a.expectCpu({&out, &x, &w, bias});
-  a.expectDType(x, DType::F32, "x");
+  bool cuda = a.oneDevice();
+  DType act = a.expectAct(x, "x");
   a.expectRank(x, 2, "x");
   a.expectFloat(w, "w");
   a.expectRank(w, 2, "w");
   a.expect(x.dim(1) == w.dim(1), "w is " + w.describe() + " ([out, in]) but x " + x.describe() + " has " +
                                      std::to_string(x.dim(1)) + " columns");
-  a.expectDType(out, DType::F32, "out");
+  a.expectAct(out, "out");
   a.expectShape(out, {x.dim(0), w.dim(0)}, "out");
   cpu::Weights b{};
   if (bias) {
@@ -123,7 +150,10 @@ Napi::Value Linear(const Napi::CallbackInfo& info) {
     a.expectShape(*bias, {w.dim(0)}, "bias");
     b = a.weights(*bias);
   }
-  cpu::linear(out.ptr<float>(), x.ptr<float>(), a.weights(w), bias ? &b : nullptr, x.dim(0), x.dim(1), w.dim(0));
+  if (cuda)
+    a.run([&] { gpu::linear(act, out.data(), x.data(), a.weights(w), bias ? &b : nullptr, x.dim(0), x.dim(1), w.dim(0)); });
+  else
+    cpu::linear(out.ptr<float>(), x.ptr<float>(), a.weights(w), bias ? &b : nullptr, x.dim(0), x.dim(1), w.dim(0));
   return info.Env().Undefined();
 }
 
@@ -131,8 +161,8 @@ Napi::Value Rope(const Napi::CallbackInfo& info) {
   OpArgs a(info, "rope");
   Tensor &qkv = a.tensor(0, "qkv"), &pos = a.tensor(1, "positions"), &inv = a.tensor(2, "invFreq");
   cpu::HeadLayout l = headLayout(a, 3);
-  a.expectCpu({&qkv, &pos, &inv});
-  expectQkv(a, qkv, l);
+  bool cuda = a.oneDevice();
+  DType act = expectQkv(a, qkv, l);
   a.expectDType(pos, DType::I32, "positions");
   a.expectShape(pos, {qkv.dim(0)}, "positions");
   a.expectDType(inv, DType::F32, "invFreq");
@@ -140,45 +170,54 @@ Napi::Value Rope(const Napi::CallbackInfo& info) {
   a.expect(inv.dim(0) >= 1 && 2 * inv.dim(0) <= l.headDim,
            "invFreq has " + std::to_string(inv.dim(0)) + " entries; the rotary dims (2x that) must fit in headDim " +
                std::to_string(l.headDim));
-  cpu::rope(qkv.ptr<float>(), pos.ptr<int32_t>(), inv.ptr<float>(), qkv.dim(0), l, int(inv.dim(0)));
+  if (cuda)
+    a.run([&] { gpu::rope(act, qkv.data(), pos.ptr<int32_t>(), inv.ptr<float>(), qkv.dim(0), l, int(inv.dim(0))); });
+  else
+    cpu::rope(qkv.ptr<float>(), pos.ptr<int32_t>(), inv.ptr<float>(), qkv.dim(0), l, int(inv.dim(0)));
   return info.Env().Undefined();
 }
 
 Napi::Value SiluMul(const Napi::CallbackInfo& info) {
   OpArgs a(info, "siluMul");
   Tensor &out = a.tensor(0, "out"), &gu = a.tensor(1, "gateUp");
-  a.expectCpu({&out, &gu});
-  a.expectDType(gu, DType::F32, "gateUp");
+  bool cuda = a.oneDevice();
+  DType act = a.expectAct(gu, "gateUp");
   a.expectRank(gu, 2, "gateUp");
   a.expect(gu.dim(1) % 2 == 0, "gateUp " + gu.describe() + " must have an even width (gate, then up)");
-  a.expectDType(out, DType::F32, "out");
+  a.expectAct(out, "out");
   a.expectShape(out, {gu.dim(0), gu.dim(1) / 2}, "out");
-  cpu::siluMul(out.ptr<float>(), gu.ptr<float>(), gu.dim(0), gu.dim(1) / 2);
+  if (cuda) a.run([&] { gpu::siluMul(act, out.data(), gu.data(), gu.dim(0), gu.dim(1) / 2); });
+  else cpu::siluMul(out.ptr<float>(), gu.ptr<float>(), gu.dim(0), gu.dim(1) / 2);
   return info.Env().Undefined();
 }
 
 Napi::Value Add(const Napi::CallbackInfo& info) {
   OpArgs a(info, "add");
   Tensor &out = a.tensor(0, "out"), &x = a.tensor(1, "a"), &y = a.tensor(2, "b");
-  a.expectCpu({&out, &x, &y});
-  for (auto [t, n] : {std::pair<Tensor*, const char*>{&out, "out"}, {&x, "a"}, {&y, "b"}}) a.expectDType(*t, DType::F32, n);
+  bool cuda = a.oneDevice();
+  DType act = DType::F32;
+  for (auto [t, n] : {std::pair<Tensor*, const char*>{&out, "out"}, {&x, "a"}, {&y, "b"}}) act = a.expectAct(*t, n);
   a.expect(x.numel() == out.numel() && y.numel() == out.numel(),
            "a " + x.describe() + ", b " + y.describe() + " and out " + out.describe() + " must have as many elements");
-  cpu::add(out.ptr<float>(), x.ptr<float>(), y.ptr<float>(), out.numel());
+  if (cuda) a.run([&] { gpu::add(act, out.data(), x.data(), y.data(), out.numel()); });
+  else cpu::add(out.ptr<float>(), x.ptr<float>(), y.ptr<float>(), out.numel());
   return info.Env().Undefined();
 }
 
 Napi::Value GatherRows(const Napi::CallbackInfo& info) {
   OpArgs a(info, "gatherRows");
   Tensor &out = a.tensor(0, "out"), &x = a.tensor(1, "x"), &idx = a.tensor(2, "indices");
-  a.expectCpu({&out, &x, &idx});
-  a.expectDType(x, DType::F32, "x");
+  bool cuda = a.oneDevice();
+  DType act = a.expectAct(x, "x");
   a.expectRank(x, 2, "x");
   a.expectDType(idx, DType::I32, "indices");
-  a.expectDType(out, DType::F32, "out");
+  a.expectAct(out, "out");
   a.expectShape(out, {idx.numel(), x.dim(1)}, "out");
   expectIdsInRange(a, idx, x.dim(0), "indices");
-  cpu::gatherRows(out.ptr<float>(), x.ptr<float>(), idx.ptr<int32_t>(), idx.numel(), x.dim(1));
+  if (cuda)
+    a.run([&] { gpu::gatherRows(act, out.data(), x.data(), x.dim(0), idx.ptr<int32_t>(), idx.numel(), x.dim(1)); });
+  else
+    cpu::gatherRows(out.ptr<float>(), x.ptr<float>(), idx.ptr<int32_t>(), idx.numel(), x.dim(1));
   return info.Env().Undefined();
 }
 
@@ -186,16 +225,20 @@ Napi::Value KvWrite(const Napi::CallbackInfo& info) {
   OpArgs a(info, "kvWrite");
   Tensor &k = a.tensor(0, "kCache"), &v = a.tensor(1, "vCache"), &qkv = a.tensor(2, "qkv"), &slots = a.tensor(3, "slots");
   cpu::HeadLayout l = headLayout(a, 4);
-  a.expectCpu({&k, &v, &qkv, &slots});
-  cpu::KvCache c = kvCache(a, k, v, l);
-  expectQkv(a, qkv, l);
+  bool cuda = a.oneDevice();
+  gpu::KvCache c = kvCache(a, k, v, l, cuda);
+  DType act = expectQkv(a, qkv, l);
   a.expectDType(slots, DType::I32, "slots");
   a.expectShape(slots, {qkv.dim(0)}, "slots");
+  if (cuda) {
+    a.run([&] { gpu::kvWrite(act, c, qkv.data(), slots.ptr<int32_t>(), qkv.dim(0), l); });
+    return info.Env().Undefined();
+  }
   const int32_t* s = slots.ptr<int32_t>();
   for (int64_t i = 0; i < slots.numel(); ++i)
     a.expect(s[i] < c.numBlocks * c.blockSize, "slots[" + std::to_string(i) + "] = " + std::to_string(s[i]) +
                                                    " is past the cache's " + std::to_string(c.numBlocks * c.blockSize) + " slots");
-  cpu::kvWrite(c, qkv.ptr<float>(), s, qkv.dim(0), l);
+  cpu::kvWrite(cpuCache(c), qkv.ptr<float>(), s, qkv.dim(0), l);
   return info.Env().Undefined();
 }
 
@@ -205,10 +248,10 @@ Napi::Value PagedAttention(const Napi::CallbackInfo& info) {
   Tensor &tables = a.tensor(4, "blockTables"), &starts = a.tensor(5, "queryStarts"), &lens = a.tensor(6, "contextLens");
   cpu::HeadLayout l = headLayout(a, 7);
   float scale = float(a.number(10, "scale"));
-  a.expectCpu({&out, &qkv, &k, &v, &tables, &starts, &lens});
-  cpu::KvCache c = kvCache(a, k, v, l);
-  expectQkv(a, qkv, l);
-  a.expectDType(out, DType::F32, "out");
+  bool cuda = a.oneDevice();
+  gpu::KvCache c = kvCache(a, k, v, l, cuda);
+  DType act = expectQkv(a, qkv, l);
+  a.expectAct(out, "out");
   a.expectShape(out, {qkv.dim(0), int64_t(l.numHeads) * l.headDim}, "out ([tokens, numHeads * headDim])");
   a.expectDType(lens, DType::I32, "contextLens");
   a.expectRank(lens, 1, "contextLens");
@@ -218,8 +261,16 @@ Napi::Value PagedAttention(const Napi::CallbackInfo& info) {
   a.expectDType(tables, DType::I32, "blockTables");
   a.expectRank(tables, 2, "blockTables");
   a.expect(tables.dim(0) == seqs, "blockTables " + tables.describe() + " needs one row per sequence (" + std::to_string(seqs) + ")");
-  const int32_t *qs = starts.ptr<int32_t>(), *cl = lens.ptr<int32_t>(), *bt = tables.ptr<int32_t>();
   int64_t maxBlocks = tables.dim(1);
+  if (cuda) {
+    a.expect(l.headDim <= 256, "headDim " + std::to_string(l.headDim) + " is above the 256 the cuda kernel supports");
+    a.run([&] {
+      gpu::pagedAttention(act, out.data(), qkv.data(), c, tables.ptr<int32_t>(), maxBlocks, starts.ptr<int32_t>(),
+                          lens.ptr<int32_t>(), seqs, qkv.dim(0), l, scale);
+    });
+    return info.Env().Undefined();
+  }
+  const int32_t *qs = starts.ptr<int32_t>(), *cl = lens.ptr<int32_t>(), *bt = tables.ptr<int32_t>();
   a.expect(qs[0] == 0 && qs[seqs] == qkv.dim(0), "queryStarts must run from 0 to the number of tokens (" +
                                                    std::to_string(qkv.dim(0)) + ")");
   for (int64_t s = 0; s < seqs; ++s) {
@@ -234,7 +285,7 @@ Napi::Value PagedAttention(const Napi::CallbackInfo& info) {
                "blockTables[" + std::to_string(s) + "][" + std::to_string(b) + "] = " + std::to_string(bt[s * maxBlocks + b]) +
                    " is not a block of the cache");
   }
-  cpu::pagedAttention(out.ptr<float>(), qkv.ptr<float>(), c, bt, maxBlocks, qs, cl, seqs, l, scale);
+  cpu::pagedAttention(out.ptr<float>(), qkv.ptr<float>(), cpuCache(c), bt, maxBlocks, qs, cl, seqs, l, scale);
   return info.Env().Undefined();
 }
 
@@ -242,8 +293,8 @@ Napi::Value Sample(const Napi::CallbackInfo& info) {
   OpArgs a(info, "sample");
   Tensor &ids = a.tensor(0, "outIds"), &logits = a.tensor(1, "logits"), &temp = a.tensor(2, "temperature");
   Tensor &topK = a.tensor(3, "topK"), &topP = a.tensor(4, "topP"), &seeds = a.tensor(5, "seeds"), &steps = a.tensor(6, "steps");
-  a.expectCpu({&ids, &logits, &temp, &topK, &topP, &seeds, &steps});
-  a.expectDType(logits, DType::F32, "logits");
+  bool cuda = a.oneDevice();
+  DType act = a.expectAct(logits, "logits");
   a.expectRank(logits, 2, "logits");
   int64_t n = logits.dim(0);
   a.expect(logits.dim(1) > 0, "logits must have a vocabulary");
@@ -253,8 +304,9 @@ Napi::Value Sample(const Napi::CallbackInfo& info) {
     a.expectDType(*t, d, name);
     a.expectShape(*t, {n}, name);
   }
-  cpu::sample(ids.ptr<int32_t>(), logits.ptr<float>(), n, logits.dim(1),
-              {temp.ptr<float>(), topK.ptr<int32_t>(), topP.ptr<float>(), seeds.ptr<int64_t>(), steps.ptr<int32_t>()});
+  cpu::SamplingRows rows{temp.ptr<float>(), topK.ptr<int32_t>(), topP.ptr<float>(), seeds.ptr<int64_t>(), steps.ptr<int32_t>()};
+  if (cuda) a.run([&] { gpu::sample(act, ids.ptr<int32_t>(), logits.data(), n, logits.dim(1), rows); });
+  else cpu::sample(ids.ptr<int32_t>(), logits.ptr<float>(), n, logits.dim(1), rows);
   return info.Env().Undefined();
 }
 
@@ -262,8 +314,8 @@ Napi::Value Logprobs(const Napi::CallbackInfo& info) {
   OpArgs a(info, "logprobs");
   Tensor &chosenLp = a.tensor(0, "chosenLogprobs"), &topIds = a.tensor(1, "topIds"), &topLp = a.tensor(2, "topLogprobs");
   Tensor &logits = a.tensor(3, "logits"), &chosen = a.tensor(4, "chosen");
-  a.expectCpu({&chosenLp, &topIds, &topLp, &logits, &chosen});
-  a.expectDType(logits, DType::F32, "logits");
+  bool cuda = a.oneDevice();
+  DType act = a.expectAct(logits, "logits");
   a.expectRank(logits, 2, "logits");
   int64_t n = logits.dim(0), vocab = logits.dim(1);
   a.expectDType(chosen, DType::I32, "chosen");
@@ -278,8 +330,14 @@ Napi::Value Logprobs(const Napi::CallbackInfo& info) {
   a.expectShape(topIds, {n, k}, "topIds");
   a.expectDType(topLp, DType::F32, "topLogprobs");
   a.expectShape(topLp, {n, k}, "topLogprobs");
-  cpu::logprobs(chosenLp.ptr<float>(), topIds.ptr<int32_t>(), topLp.ptr<float>(), k, logits.ptr<float>(),
-                chosen.ptr<int32_t>(), n, vocab);
+  if (cuda)
+    a.run([&] {
+      gpu::logprobs(act, chosenLp.ptr<float>(), topIds.ptr<int32_t>(), topLp.ptr<float>(), k, logits.data(),
+                    chosen.ptr<int32_t>(), n, vocab);
+    });
+  else
+    cpu::logprobs(chosenLp.ptr<float>(), topIds.ptr<int32_t>(), topLp.ptr<float>(), k, logits.ptr<float>(),
+                  chosen.ptr<int32_t>(), n, vocab);
   return info.Env().Undefined();
 }
 

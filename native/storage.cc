@@ -3,15 +3,25 @@
 #include <cstdlib>
 #include <new>
 
+#include "gpu.h"
+
 namespace mstar {
 
-// 64-byte alignment: cache lines on the CPU, and the vector loads the kernels use.
+// CPU: 64-byte alignment (cache lines, and the vector loads the kernels use).
+// CUDA: cudaMalloc, which aligns to 256 bytes; throws gpu::Error with the runtime's reason.
 Storage::Storage(Device device, size_t bytes) : device(device), data(nullptr), bytes(bytes) {
+  if (device == Device::CUDA) {
+    data = gpu::alloc(bytes);
+    return;
+  }
   size_t rounded = (bytes + 63) / 64 * 64;
   data = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
   if (!data) throw std::bad_alloc();
 }
 
-Storage::~Storage() { std::free(data); }
+Storage::~Storage() {
+  if (device == Device::CUDA) gpu::release(data);
+  else std::free(data);
+}
 
 }  // namespace mstar

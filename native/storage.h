@@ -1,4 +1,5 @@
-// A block of memory a tensor's elements live in; views share it through shared_ptr.
+// A block of memory a tensor's elements live in, in host or device memory; views share it
+// through shared_ptr, and the last one to go frees it.
 #pragma once
 #include <cstddef>
 #include <memory>

@@ -3,6 +3,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "gpu.h"
+
 namespace mstar {
 
 Napi::Function Tensor::Init(Napi::Env env) {
@@ -16,6 +18,7 @@ Napi::Function Tensor::Init(Napi::Env env) {
     InstanceMethod<&Tensor::Narrow>("narrow"),
     InstanceMethod<&Tensor::ToArray>("toArray"),
     InstanceMethod<&Tensor::CopyFrom>("copyFrom"),
+    InstanceMethod<&Tensor::To>("to"),
   });
   // Each env (the main thread, every worker thread) gets its own constructor reference.
   env.SetInstanceData<Napi::FunctionReference>(new Napi::FunctionReference(Napi::Persistent(fn)));
@@ -156,22 +159,38 @@ Napi::Value Tensor::Narrow(const Napi::CallbackInfo& info) {
 }
 
 // toArray(): the elements as Float32Array (float dtypes, converted), Int32Array or BigInt64Array.
+// A CUDA tensor is copied back first, which waits for the ops enqueued before.
 Napi::Value Tensor::ToArray(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   requireLive(env);
   size_t n = size_t(numel());
+  bool cuda = device() == Device::CUDA;
+  // Host bytes of the elements: the storage itself, or a copy of the device's.
+  auto hostBytes = [&](void* into) -> const void* {
+    if (!cuda) return data();
+    withErrors(env, "toArray", [&] { gpu::copyToHost(into, data(), bytes()); });
+    return into;
+  };
   if (isFloat(dtype_)) {
     Napi::Float32Array out = Napi::Float32Array::New(env, n);
-    convertFloats(out.Data(), DType::F32, data(), dtype_, n);
+    if (dtype_ == DType::F32) {
+      if (cuda) hostBytes(out.Data());
+      else std::memcpy(out.Data(), data(), n * 4);
+    } else {
+      std::vector<char> staging(cuda ? bytes() : 0);
+      convertFloats(out.Data(), DType::F32, hostBytes(staging.data()), dtype_, n);
+    }
     return out;
   }
   if (dtype_ == DType::I32) {
     Napi::Int32Array out = Napi::Int32Array::New(env, n);
-    std::memcpy(out.Data(), data(), n * 4);
+    if (cuda) hostBytes(out.Data());
+    else std::memcpy(out.Data(), data(), n * 4);
     return out;
   }
   Napi::ArrayBuffer buf = Napi::ArrayBuffer::New(env, n * 8);
-  std::memcpy(buf.Data(), data(), n * 8);
+  if (cuda) hostBytes(buf.Data());
+  else std::memcpy(buf.Data(), data(), n * 8);
   return Napi::TypedArrayOf<int64_t>::New(env, n, buf, 0, napi_bigint64_array);
 }
 
@@ -186,8 +205,17 @@ static void copyTypedArray(Napi::Env env, Tensor& t, const Napi::Value& v, const
                                          " elements but " + t.describe() + " needs " + std::to_string(n));
   const char* src = static_cast<const char*>(a.ArrayBuffer().Data()) + a.ByteOffset();
   napi_typedarray_type at = a.TypedArrayType();
+  bool cuda = t.device() == Device::CUDA;
   if (at == napi_float32_array && isFloat(t.dtype())) {
-    convertFloats(t.data(), t.dtype(), src, DType::F32, n);
+    if (!cuda) {
+      convertFloats(t.data(), t.dtype(), src, DType::F32, n);
+    } else if (t.dtype() == DType::F32) {
+      withErrors(env, what, [&] { gpu::copyToDevice(t.data(), src, t.bytes()); });
+    } else {  // narrow on the host, then copy the narrow elements
+      std::vector<char> staging(t.bytes());
+      convertFloats(staging.data(), t.dtype(), src, DType::F32, n);
+      withErrors(env, what, [&] { gpu::copyToDevice(t.data(), staging.data(), t.bytes()); });
+    }
     return;
   }
   bool ok = (at == napi_int32_array && t.dtype() == DType::I32) ||
@@ -196,7 +224,8 @@ static void copyTypedArray(Napi::Env env, Tensor& t, const Napi::Value& v, const
   if (!ok)
     throw Napi::TypeError::New(env, std::string(what) + ": this typed array cannot fill a " + dtypeName(t.dtype()) +
                                         " tensor (use Float32Array for floats, Int32Array for i32, BigInt64Array for i64)");
-  std::memcpy(t.data(), src, t.bytes());
+  if (cuda) withErrors(env, what, [&] { gpu::copyToDevice(t.data(), src, t.bytes()); });
+  else std::memcpy(t.data(), src, t.bytes());
 }
 
 Napi::Value Tensor::CopyFrom(const Napi::CallbackInfo& info) {
@@ -205,7 +234,31 @@ Napi::Value Tensor::CopyFrom(const Napi::CallbackInfo& info) {
   return info.This();
 }
 
-static Napi::Value make(const Napi::CallbackInfo& info, bool zero) {
+// to(device): a copy of the elements on `device` (a new, contiguous storage).
+Napi::Value Tensor::To(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  requireLive(env);
+  Device to = parseDevice(info[0], "to(device)");
+  Device from = device();
+  return withErrors(env, "to", [&] {
+    auto storage = std::make_shared<Storage>(to, bytes());
+    if (from == Device::CPU && to == Device::CPU) std::memcpy(storage->data, data(), bytes());
+    else if (from == Device::CPU) gpu::copyToDevice(storage->data, data(), bytes());
+    else if (to == Device::CPU) gpu::copyToHost(storage->data, data(), bytes());
+    else gpu::copyOnDevice(storage->data, data(), bytes());
+    return New(env, storage, dtype_, shape_, 0);
+  });
+}
+
+Device parseDevice(const Napi::Value& v, const char* what) {
+  if (v.IsUndefined()) return Device::CPU;
+  std::string name = v.IsString() ? v.As<Napi::String>().Utf8Value() : "";
+  if (name == "cpu") return Device::CPU;
+  if (name == "cuda") return Device::CUDA;
+  throw Napi::TypeError::New(v.Env(), std::string(what) + ": device must be 'cpu' or 'cuda'");
+}
+
+static Napi::Value make(const Napi::CallbackInfo& info, bool zero, size_t deviceArg, const char* op) {
   Napi::Env env = info.Env();
   DType dtype;
   try {
@@ -214,6 +267,7 @@ static Napi::Value make(const Napi::CallbackInfo& info, bool zero) {
     throw Napi::TypeError::New(env, e.what());
   }
   std::vector<int64_t> shape = parseShape(info[1], "shape");
+  Device device = parseDevice(info[deviceArg], op);
   // Refuse sizes whose byte count would overflow instead of allocating a wrong-sized buffer.
   const int64_t limit = int64_t(1) << 48;
   int64_t elements = 1;
@@ -222,16 +276,19 @@ static Napi::Value make(const Napi::CallbackInfo& info, bool zero) {
     elements *= d;
   }
   size_t bytes = size_t(elements) * dtypeSize(dtype);
-  auto storage = std::make_shared<Storage>(Device::CPU, bytes);
-  if (zero) std::memset(storage->data, 0, bytes);
-  return Tensor::New(env, storage, dtype, shape, 0);
+  return withErrors(env, op, [&] {
+    auto storage = std::make_shared<Storage>(device, bytes);
+    if (zero && device == Device::CPU) std::memset(storage->data, 0, bytes);
+    if (zero && device == Device::CUDA) gpu::memsetAsync(storage->data, 0, bytes);
+    return Tensor::New(env, storage, dtype, shape, 0);
+  });
 }
 
-Napi::Value Empty(const Napi::CallbackInfo& info) { return make(info, false); }
-Napi::Value Zeros(const Napi::CallbackInfo& info) { return make(info, true); }
+Napi::Value Empty(const Napi::CallbackInfo& info) { return make(info, false, 2, "empty"); }
+Napi::Value Zeros(const Napi::CallbackInfo& info) { return make(info, true, 2, "zeros"); }
 
 Napi::Value FromArray(const Napi::CallbackInfo& info) {
-  Napi::Value obj = make(info, false);
+  Napi::Value obj = make(info, false, 3, "fromArray");
   copyTypedArray(info.Env(), Tensor::From(obj, "tensor"), info[2], "fromArray(dtype, shape, array)");
   return obj;
 }

@@ -49,13 +49,30 @@ class Tensor : public Napi::ObjectWrap<Tensor> {
   Napi::Value Narrow(const Napi::CallbackInfo& info);
   Napi::Value ToArray(const Napi::CallbackInfo& info);
   Napi::Value CopyFrom(const Napi::CallbackInfo& info);
+  Napi::Value To(const Napi::CallbackInfo& info);
   void requireLive(Napi::Env env) const;
 };
 
-// Creates tensors from JS: empty(dtype, shape), zeros(dtype, shape), fromArray(dtype, shape, typedArray).
+// Creates tensors from JS: empty(dtype, shape, device?), zeros(dtype, shape, device?),
+// fromArray(dtype, shape, typedArray, device?); device is 'cpu' (the default) or 'cuda'.
 Napi::Value Empty(const Napi::CallbackInfo& info);
 Napi::Value Zeros(const Napi::CallbackInfo& info);
 Napi::Value FromArray(const Napi::CallbackInfo& info);
 std::vector<int64_t> parseShape(const Napi::Value& v, const char* what);
+// 'cpu' | 'cuda'; undefined means cpu.
+Device parseDevice(const Napi::Value& v, const char* what);
+
+// Runs f, turning a C++ exception from below the binding (a CUDA error, a failed
+// allocation) into a JS error that names the op: "<op>: <reason>".
+template <typename F>
+auto withErrors(Napi::Env env, const char* op, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Napi::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Napi::Error::New(env, std::string(op) + ": " + e.what());
+  }
+}
 
 }  // namespace mstar

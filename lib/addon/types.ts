@@ -1,5 +1,8 @@
 // The typed face of the native binding. Every op writes into caller-provided outputs and
-// has the same signature on every backend.
+// has the same signature on every backend; the backend is the device of its tensors (all
+// on one device, or the op throws naming the odd one). On cpu, activations are f32; on
+// cuda they are f32 or bf16, one dtype per call, and ops are asynchronous on one stream
+// (toArray() and synchronize() wait for them).
 
 export type DType = 'f32' | 'bf16' | 'f16' | 'i32' | 'i64';
 export type FloatDType = 'f32' | 'bf16' | 'f16';
@@ -21,6 +24,8 @@ export interface Tensor {
   toArray(): Float32Array | Int32Array | BigInt64Array;
   /** Overwrites the elements (Float32Array fills any float dtype). */
   copyFrom(data: Float32Array | Int32Array | BigInt64Array | Uint16Array): Tensor;
+  /** A contiguous copy on `device` (also when it is this tensor's device). */
+  to(device: DeviceName): Tensor;
 }
 
 export interface BuildInfo {
@@ -28,15 +33,28 @@ export interface BuildInfo {
   cpuThreads: number;
 }
 
+/** Libraries the cuda backend loads at run time (asking loads them once). */
+export interface CudaLibraries {
+  /** Without it, linear runs its own kernels for every batch size. */
+  cublasLt: { loaded: boolean; path?: string; version?: number; error?: string };
+}
+
 export interface Binding {
   Tensor: abstract new () => Tensor;
-  empty(dtype: DType, shape: number[]): Tensor;
-  zeros(dtype: DType, shape: number[]): Tensor;
-  fromArray(dtype: DType, shape: number[], data: Float32Array | Int32Array | BigInt64Array | Uint16Array): Tensor;
+  /** device defaults to 'cpu'; a 'cuda' tensor on a machine without one throws the runtime's reason. */
+  empty(dtype: DType, shape: number[], device?: DeviceName): Tensor;
+  zeros(dtype: DType, shape: number[], device?: DeviceName): Tensor;
+  fromArray(
+    dtype: DType, shape: number[], data: Float32Array | Int32Array | BigInt64Array | Uint16Array, device?: DeviceName,
+  ): Tensor;
   /** Reads `count` elements of `srcDtype` at `fileOffset` of `path` into dst from element `dstOffset`. */
   readInto(dst: Tensor, dstOffset: number, path: string, fileOffset: number, srcDtype: DType, count: number): void;
   buildInfo(): BuildInfo;
+  /** Never throws: {count: 0, error} where CUDA is unusable. */
   cudaDevices(): { count: number; error?: string };
+  cudaLibraries(): CudaLibraries;
+  /** Waits for every op enqueued on the cuda stream (a no-op when nothing was). */
+  synchronize(): void;
 
   embedding(out: Tensor, table: Tensor, ids: Tensor): void;
   rmsNorm(out: Tensor, x: Tensor, w: Tensor, eps: number): void;

@@ -1,0 +1,47 @@
+// Element-wise ops: SiLU(gate) * up, and a plain add (the residual of a block).
+#include "common.cuh"
+
+namespace mstar::gpu {
+namespace {
+
+// gateUp rows are [gate | up]; the CPU's formula g / (1 + e^-g) * u, with expf.
+template <typename T>
+__global__ void siluMulKernel(T* out, const T* gateUp, int64_t n, int64_t inter) {
+  int64_t total = n * inter;
+  for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < total; j += int64_t(gridDim.x) * blockDim.x) {
+    int64_t r = j / inter, i = j % inter;
+    float g = toF(gateUp[r * 2 * inter + i]), u = toF(gateUp[r * 2 * inter + inter + i]);
+    out[j] = fromF<T>(g / (1.0f + expf(-g)) * u);
+  }
+}
+
+template <typename T>
+__global__ void addKernel(T* out, const T* a, const T* b, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = fromF<T>(toF(a[i]) + toF(b[i]));
+}
+
+// Enough blocks to fill the GPU a few times over; the loops stride over the rest.
+unsigned gridFor(int64_t n) { return unsigned(std::min<int64_t>(blocksFor(n, 256), int64_t(smCount()) * 16)); }
+
+}  // namespace
+
+void siluMul(DType act, void* out, const void* gateUp, int64_t n, int64_t inter) {
+  if (n * inter == 0) return;
+  withAct(act, [&](auto t) {
+    using T = decltype(t);
+    siluMulKernel<T><<<gridFor(n * inter), 256, 0, stream()>>>(static_cast<T*>(out), static_cast<const T*>(gateUp), n, inter);
+  });
+  checkLaunch("siluMul kernel");
+}
+
+void add(DType act, void* out, const void* a, const void* b, int64_t n) {
+  if (n == 0) return;
+  withAct(act, [&](auto t) {
+    using T = decltype(t);
+    addKernel<T><<<gridFor(n), 256, 0, stream()>>>(static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n);
+  });
+  checkLaunch("add kernel");
+}
+
+}  // namespace mstar::gpu

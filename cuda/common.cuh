@@ -1,0 +1,145 @@
+// What every kernel file shares: the stream, error checks, element conversions, warp and
+// block reductions, and the dtype dispatch from the runtime DType to template types.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "dtype.h"
+#include "gpu.h"
+#include "gpu_ops.h"
+
+namespace mstar::gpu {
+
+using bf16 = __nv_bfloat16;
+using f16 = __half;
+
+// The process's one stream, created on first use; every op is enqueued on it.
+cudaStream_t stream();
+// Multiprocessors of the current device (cached).
+int smCount();
+
+[[noreturn]] void throwCuda(cudaError_t e, const char* what);
+inline void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throwCuda(e, what);
+}
+// After a launch: a bad configuration shows up here, a fault in the kernel at the next sync.
+inline void checkLaunch(const char* what) { check(cudaGetLastError(), what); }
+
+// Stream-ordered scratch memory (from the device's pool), freed on the stream when it
+// goes out of scope: later work on the stream may reuse it, never earlier work.
+// Zero bytes allocate nothing (as<T>() is then null).
+class Scratch {
+ public:
+  Scratch(size_t bytes, const char* what);
+  ~Scratch();
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  template <typename T> T* as() const { return static_cast<T*>(p_); }
+
+ private:
+  void* p_ = nullptr;
+};
+
+inline unsigned blocksFor(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
+
+// ---- elements -------------------------------------------------------------------------
+__device__ __forceinline__ float toF(float v) { return v; }
+__device__ __forceinline__ float toF(bf16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float toF(f16 v) { return __half2float(v); }
+
+template <typename T> __device__ __forceinline__ T fromF(float v);
+template <> __device__ __forceinline__ float fromF<float>(float v) { return v; }
+template <> __device__ __forceinline__ bf16 fromF<bf16>(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ f16 fromF<f16>(float v) { return __float2half_rn(v); }
+
+// Reads N consecutive elements at p as f32 with the widest loads the size allows;
+// p must be aligned to min(16, N * sizeof(T)) bytes.
+template <typename T, int N>
+__device__ __forceinline__ void loadVec(float (&dst)[N], const T* p) {
+  constexpr int bytes = N * int(sizeof(T));
+  if constexpr (bytes % 16 == 0) {
+    uint4 raw[bytes / 16];
+#pragma unroll
+    for (int i = 0; i < bytes / 16; ++i) raw[i] = reinterpret_cast<const uint4*>(p)[i];
+    const T* e = reinterpret_cast<const T*>(raw);
+#pragma unroll
+    for (int i = 0; i < N; ++i) dst[i] = toF(e[i]);
+  } else if constexpr (bytes == 8) {
+    uint2 raw = *reinterpret_cast<const uint2*>(p);
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < N; ++i) dst[i] = toF(e[i]);
+  } else if constexpr (bytes == 4) {
+    uint32_t raw = *reinterpret_cast<const uint32_t*>(p);
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < N; ++i) dst[i] = toF(e[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) dst[i] = toF(p[i]);
+  }
+}
+
+// Element i of a float tensor whose dtype is only known at run time (cold paths only).
+__device__ __forceinline__ float loadAny(const void* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::F32: return static_cast<const float*>(p)[i];
+    case DType::BF16: return toF(static_cast<const bf16*>(p)[i]);
+    default: return toF(static_cast<const f16*>(p)[i]);
+  }
+}
+__device__ __forceinline__ void storeAny(void* p, DType t, int64_t i, float v) {
+  switch (t) {
+    case DType::F32: static_cast<float*>(p)[i] = v; break;
+    case DType::BF16: static_cast<bf16*>(p)[i] = fromF<bf16>(v); break;
+    default: static_cast<f16*>(p)[i] = fromF<f16>(v); break;
+  }
+}
+
+// ---- reductions -----------------------------------------------------------------------
+template <typename T>
+__device__ __forceinline__ T warpSum(T v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warpMax(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it.
+// `shared` holds 32 values; the block must reach this call together.
+template <typename T>
+__device__ T blockSum(T v, T* shared) {
+  int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  v = warpSum(v);
+  __syncthreads();  // shared may still be read from a previous call
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  T total = lane < warps ? shared[lane] : T(0);
+  return warpSum(total);
+}
+
+// ---- dtype dispatch -------------------------------------------------------------------
+// Calls f(T{}) with T the activation type: float or bf16.
+template <typename F>
+void withAct(DType t, F&& f) {
+  if (t == DType::F32) f(float{});
+  else f(bf16{});
+}
+// Calls f(W{}) with W the element type of a float tensor: float, bf16 or f16.
+template <typename F>
+void withFloat(DType t, F&& f) {
+  switch (t) {
+    case DType::F32: f(float{}); break;
+    case DType::BF16: f(bf16{}); break;
+    default: f(f16{}); break;
+  }
+}
+
+}  // namespace mstar::gpu

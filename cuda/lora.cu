@@ -1,0 +1,157 @@
+// Segmented LoRA for a batch whose rows each run their own adapter slot (slot 0 = none),
+// plus what loading a slot needs on the device: region copies, fills, comparisons.
+// Grids depend only on the batch size and the weight shapes, never on the adapter mix,
+// so one captured graph serves every mix: the mix lives in slotOfRow.
+#include <cmath>
+#include <cstring>
+
+#include "common.cuh"
+
+namespace mstar::gpu {
+namespace {
+
+constexpr int kWarpsPerBlock = 8;
+
+// t[r, k] = x[r] · a[slot, k]: one warp per (row, rank row), lanes striding over `in`.
+// Rows of slot 0 (or of a slot outside the table) get zeros.
+template <typename T, typename W>
+__global__ void shrinkKernel(T* t, const T* x, const W* a, int64_t numSlots, const int32_t* slotOfRow, int64_t in,
+                             int64_t rankRows) {
+  int64_t r = blockIdx.x;  // rows on x: y and z are limited to 65535
+  int64_t k = blockIdx.y * int64_t(kWarpsPerBlock) + threadIdx.x / 32;
+  int lane = threadIdx.x % 32;
+  if (k >= rankRows) return;
+  int32_t slot = slotOfRow[r];
+  float acc = 0;
+  if (slot > 0 && slot < numSlots) {
+    const T* xr = x + r * in;
+    const W* ar = a + (int64_t(slot) * rankRows + k) * in;
+    for (int64_t i = lane; i < in; i += 32) acc += toF(xr[i]) * toF(ar[i]);
+    acc = warpSum(acc);
+  }
+  if (lane == 0) t[r * rankRows + k] = fromF<T>(acc);
+}
+
+// out[r, o] += t[r, slice(o)] · b[slot, o]: one thread per (row, output column). The
+// row's t is staged in shared memory; sliceStarts (numSlices + 1 entries) say which
+// rank block each column reads. Columns outside every slice get nothing.
+template <typename T, typename W>
+__global__ void expandKernel(T* out, const T* t, const W* b, int64_t numSlots, const int32_t* slotOfRow,
+                             const int32_t* sliceStarts, int numSlices, int64_t outF, int64_t rank) {
+  extern __shared__ float tRow[];
+  int64_t r = blockIdx.x;
+  int32_t slot = slotOfRow[r];
+  if (slot <= 0 || slot >= numSlots) return;  // uniform over the block
+  for (int64_t i = threadIdx.x; i < numSlices * rank; i += blockDim.x) tRow[i] = toF(t[r * numSlices * rank + i]);
+  __syncthreads();
+  int64_t o = blockIdx.y * int64_t(blockDim.x) + threadIdx.x;
+  if (o >= outF) return;
+  int s = 0;
+  while (s < numSlices && !(sliceStarts[s] <= o && o < sliceStarts[s + 1])) ++s;
+  if (s == numSlices) return;
+  const W* br = b + (int64_t(slot) * outF + o) * rank;
+  const float* ts = tRow + int64_t(s) * rank;
+  float acc = 0;
+  for (int64_t k = 0; k < rank; ++k) acc += ts[k] * toF(br[k]);
+  T* dst = out + r * outF + o;
+  *dst = fromF<T>(toF(*dst) + acc);
+}
+
+__global__ void copyRegionKernel(void* dst, DType dt, int64_t dstCols, const void* src, DType st, int64_t rows,
+                                 int64_t cols, int64_t rowOffset, int64_t colOffset, float scale, bool transpose) {
+  int64_t outRows = transpose ? cols : rows, outCols = transpose ? rows : cols;
+  for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < outRows * outCols;
+       j += int64_t(gridDim.x) * blockDim.x) {
+    int64_t i = j / outCols, c = j % outCols;
+    float v = scale * loadAny(src, st, transpose ? c * cols + i : i * cols + c);
+    storeAny(dst, dt, (rowOffset + i) * dstCols + colOffset + c, v);
+  }
+}
+
+__global__ void fillKernel(void* t, DType dt, int64_t n, float value) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    storeAny(t, dt, i, value);
+}
+
+// The largest |a - b| in f64, as the CPU computes it. Non-negative doubles order like
+// their bit patterns, so an integer atomicMax finds it; a NaN sets the flag instead.
+__global__ void maxAbsDiffKernel(const void* a, DType at, const void* b, DType bt, int64_t n,
+                                 unsigned long long* result) {
+  double m = 0;
+  bool nan = false;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    double d = fabs(double(loadAny(a, at, i)) - double(loadAny(b, bt, i)));
+    if (isnan(d)) nan = true;
+    else m = fmax(m, d);
+  }
+  if (nan) atomicOr(result + 1, 1ull);
+  atomicMax(result, static_cast<unsigned long long>(__double_as_longlong(m)));
+}
+
+unsigned strideGrid(int64_t n) { return unsigned(std::max<int64_t>(1, std::min<int64_t>(blocksFor(n, 256), smCount() * 8))); }
+
+}  // namespace
+
+void loraShrink(DType act, void* t, const void* x, Weights a, int64_t numSlots, const int32_t* slotOfRow, int64_t n,
+                int64_t in, int64_t rankRows) {
+  if (n == 0 || rankRows == 0) return;
+  dim3 grid(unsigned(n), blocksFor(rankRows, kWarpsPerBlock));
+  withAct(act, [&](auto tt) {
+    withFloat(a.dtype, [&](auto wt) {
+      using T = decltype(tt);
+      using W = decltype(wt);
+      shrinkKernel<T, W><<<grid, kWarpsPerBlock * 32, 0, stream()>>>(static_cast<T*>(t), static_cast<const T*>(x),
+                                                                      static_cast<const W*>(a.data), numSlots, slotOfRow,
+                                                                      in, rankRows);
+    });
+  });
+  checkLaunch("loraShrink kernel");
+}
+
+void loraExpand(DType act, void* out, const void* t, Weights b, int64_t numSlots, const int32_t* slotOfRow,
+                const int32_t* sliceStarts, int64_t numSlices, int64_t n, int64_t outF, int64_t rank) {
+  if (n == 0 || outF == 0) return;
+  size_t shared = size_t(numSlices * rank) * sizeof(float);
+  if (shared > 48 * 1024) throw Error("loraExpand: slices * rank = " + std::to_string(numSlices * rank) + " is above 12288");
+  dim3 grid(unsigned(n), blocksFor(outF, 256));
+  withAct(act, [&](auto tt) {
+    withFloat(b.dtype, [&](auto wt) {
+      using T = decltype(tt);
+      using W = decltype(wt);
+      expandKernel<T, W><<<grid, 256, shared, stream()>>>(static_cast<T*>(out), static_cast<const T*>(t),
+                                                           static_cast<const W*>(b.data), numSlots, slotOfRow,
+                                                           sliceStarts, int(numSlices), outF, rank);
+    });
+  });
+  checkLaunch("loraExpand kernel");
+}
+
+void copyRegion(void* dst, DType dt, int64_t dstCols, const void* src, DType st, int64_t rows, int64_t cols,
+                int64_t rowOffset, int64_t colOffset, float scale, bool transpose) {
+  if (rows * cols == 0) return;
+  copyRegionKernel<<<strideGrid(rows * cols), 256, 0, stream()>>>(dst, dt, dstCols, src, st, rows, cols, rowOffset,
+                                                                  colOffset, scale, transpose);
+  checkLaunch("copyRegion kernel");
+}
+
+void fill(void* t, DType dt, int64_t n, float value) {
+  if (n == 0) return;
+  fillKernel<<<strideGrid(n), 256, 0, stream()>>>(t, dt, n, value);
+  checkLaunch("fill kernel");
+}
+
+double maxAbsDiff(const void* a, DType at, const void* b, DType bt, int64_t n) {
+  if (n == 0) return 0;
+  Scratch result(2 * sizeof(unsigned long long), "maxAbsDiff scratch");
+  check(cudaMemsetAsync(result.as<void>(), 0, 2 * sizeof(unsigned long long), stream()), "cudaMemsetAsync");
+  maxAbsDiffKernel<<<strideGrid(n), 256, 0, stream()>>>(a, at, b, bt, n, result.as<unsigned long long>());
+  checkLaunch("maxAbsDiff kernel");
+  unsigned long long host[2];
+  copyToHost(host, result.as<void>(), sizeof host);
+  if (host[1]) return NAN;
+  double m;
+  std::memcpy(&m, &host[0], sizeof m);
+  return m;
+}
+
+}  // namespace mstar::gpu

@@ -1,0 +1,109 @@
+// RMSNorm variants, as transformers computes them: x * (1 / sqrt(mean(x^2) + eps)), then * w.
+// Sums of squares in f32 (the CPU sums in f64; the difference is far below bf16's step).
+#include "common.cuh"
+
+namespace mstar::gpu {
+namespace {
+
+constexpr int kThreads = 256;
+
+// One block per row. The second pass re-reads x (from L1/L2) instead of keeping it in
+// registers, so any row width works.
+template <typename T, typename W>
+__global__ void rmsNormKernel(T* out, const T* x, const W* w, int64_t dim, float eps) {
+  __shared__ float partial[32];
+  const T* xr = x + blockIdx.x * dim;
+  T* o = out + blockIdx.x * dim;
+  float ss = 0;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    float v = toF(xr[i]);
+    ss += v * v;
+  }
+  float r = 1.0f / sqrtf(blockSum(ss, partial) / float(dim) + eps);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) o[i] = fromF<T>(toF(w[i]) * (toF(xr[i]) * r));
+}
+
+// residual += x (stored in T, rounded as a bf16 model's residual stream is), then the
+// norm of the stored residual into out. Each thread re-reads only what it wrote itself.
+template <typename T, typename W>
+__global__ void addRmsNormKernel(T* residual, const T* x, const W* w, T* out, int64_t dim, float eps) {
+  __shared__ float partial[32];
+  T* res = residual + blockIdx.x * dim;
+  const T* xr = x + blockIdx.x * dim;
+  T* o = out + blockIdx.x * dim;
+  float ss = 0;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    T sum = fromF<T>(toF(res[i]) + toF(xr[i]));
+    res[i] = sum;
+    float v = toF(sum);
+    ss += v * v;
+  }
+  float r = 1.0f / sqrtf(blockSum(ss, partial) / float(dim) + eps);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) o[i] = fromF<T>(toF(w[i]) * (toF(res[i]) * r));
+}
+
+// One warp per (token, head) over the q heads then the k heads of fused qkv rows, in place.
+template <typename T, typename W>
+__global__ void headRmsNormKernel(T* qkv, const W* qw, const W* kw, int64_t n, int numHeads, int numKvHeads,
+                                  int headDim, int64_t rowWidth, float eps) {
+  int heads = numHeads + numKvHeads;
+  int64_t j = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32;
+  int lane = threadIdx.x % 32;
+  if (j >= n * heads) return;  // whole warps leave together
+  int64_t row = j / heads;
+  int h = int(j % heads);
+  T* x = qkv + row * rowWidth + int64_t(h) * headDim;
+  const W* w = h < numHeads ? qw : kw;
+  float ss = 0;
+  for (int d = lane; d < headDim; d += 32) {
+    float v = toF(x[d]);
+    ss += v * v;
+  }
+  float r = 1.0f / sqrtf(warpSum(ss) / float(headDim) + eps);
+  for (int d = lane; d < headDim; d += 32) x[d] = fromF<T>(toF(w[d]) * (toF(x[d]) * r));
+}
+
+}  // namespace
+
+void rmsNorm(DType act, void* out, const void* x, Weights w, int64_t rows, int64_t dim, float eps) {
+  if (rows == 0) return;
+  withAct(act, [&](auto t) {
+    withFloat(w.dtype, [&](auto wt) {
+      using T = decltype(t);
+      using W = decltype(wt);
+      rmsNormKernel<T, W><<<unsigned(rows), kThreads, 0, stream()>>>(static_cast<T*>(out), static_cast<const T*>(x),
+                                                                      static_cast<const W*>(w.data), dim, eps);
+    });
+  });
+  checkLaunch("rmsNorm kernel");
+}
+
+void addRmsNorm(DType act, void* residual, const void* x, Weights w, void* out, int64_t rows, int64_t dim, float eps) {
+  if (rows == 0) return;
+  withAct(act, [&](auto t) {
+    withFloat(w.dtype, [&](auto wt) {
+      using T = decltype(t);
+      using W = decltype(wt);
+      addRmsNormKernel<T, W><<<unsigned(rows), kThreads, 0, stream()>>>(
+          static_cast<T*>(residual), static_cast<const T*>(x), static_cast<const W*>(w.data), static_cast<T*>(out), dim, eps);
+    });
+  });
+  checkLaunch("addRmsNorm kernel");
+}
+
+void headRmsNorm(DType act, void* qkv, Weights qw, Weights kw, int64_t n, HeadLayout l, float eps) {
+  int64_t warps = n * (l.numHeads + l.numKvHeads);
+  if (warps == 0) return;
+  withAct(act, [&](auto t) {
+    withFloat(qw.dtype, [&](auto wt) {
+      using T = decltype(t);
+      using W = decltype(wt);
+      headRmsNormKernel<T, W><<<blocksFor(warps * 32, kThreads), kThreads, 0, stream()>>>(
+          static_cast<T*>(qkv), static_cast<const W*>(qw.data), static_cast<const W*>(kw.data), n, l.numHeads,
+          l.numKvHeads, l.headDim, l.rowWidth(), eps);
+    });
+  });
+  checkLaunch("headRmsNorm kernel");
+}
+
+}  // namespace mstar::gpu

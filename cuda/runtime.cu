@@ -1,0 +1,168 @@
+// Device memory, copies, the process's stream, pinned staging and scratch: the CUDA
+// runtime behind native/gpu.h. Everything initialises lazily on first use.
+#include <cstdio>
+#include <mutex>
+#include <string>
+
+#include "common.cuh"
+
+namespace mstar::gpu {
+
+[[noreturn]] void throwCuda(cudaError_t e, const char* what) {
+  throw Error(std::string(what) + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+}
+
+int deviceCount(std::string* error) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    if (error) *error = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+    cudaGetLastError();  // clear it, so it does not surface as some later call's error
+    return -1;
+  }
+  return n;
+}
+
+namespace {
+
+std::once_flag gInitOnce;
+cudaStream_t gStream = nullptr;
+int gSmCount = 0;
+
+// The stream does not synchronise with the legacy default stream: every copy and kernel
+// of the addon goes through it explicitly. The device's memory pool keeps freed scratch
+// instead of returning it to the driver at every sync.
+void init() {
+  std::string why;
+  int n = deviceCount(&why);
+  if (n <= 0) throw Error("no CUDA device: " + (n < 0 ? why : std::string("none visible")));
+  int dev = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&gSmCount, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
+  cudaMemPool_t pool;
+  check(cudaDeviceGetDefaultMemPool(&pool, dev), "cudaDeviceGetDefaultMemPool");
+  uint64_t keep = UINT64_MAX;
+  check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), "cudaMemPoolSetAttribute");
+  check(cudaStreamCreateWithFlags(&gStream, cudaStreamNonBlocking), "cudaStreamCreate");
+}
+
+}  // namespace
+
+cudaStream_t stream() {
+  std::call_once(gInitOnce, init);  // a throw leaves it to be tried again
+  return gStream;
+}
+
+int smCount() {
+  stream();
+  return gSmCount;
+}
+
+void* alloc(size_t bytes) {
+  stream();
+  void* p = nullptr;
+  // Round up like the CPU storage; a zero-size tensor still gets a valid pointer.
+  check(cudaMalloc(&p, bytes == 0 ? 256 : (bytes + 255) / 256 * 256), "cudaMalloc");
+  return p;
+}
+
+void release(void* p) noexcept {
+  if (!p) return;
+  // cudaFree waits for the device. At process exit the runtime may be gone already;
+  // there is nothing to do about an error here.
+  if (cudaFree(p) != cudaSuccess) cudaGetLastError();
+}
+
+void memsetAsync(void* p, int value, size_t bytes) {
+  if (bytes) check(cudaMemsetAsync(p, value, bytes, stream()), "cudaMemsetAsync");
+}
+
+void copyToDevice(void* dst, const void* src, size_t bytes) {
+  if (!bytes) return;
+  cudaStream_t s = stream();
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s), "cudaMemcpy (host to device)");
+  check(cudaStreamSynchronize(s), "cudaStreamSynchronize");  // the host buffer is pageable
+}
+
+void copyToHost(void* dst, const void* src, size_t bytes) {
+  if (!bytes) return;
+  cudaStream_t s = stream();
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s), "cudaMemcpy (device to host)");
+  check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+}
+
+void copyOnDevice(void* dst, const void* src, size_t bytes) {
+  if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()), "cudaMemcpy (device to device)");
+}
+
+void synchronize() {
+  if (!gStream) return;  // nothing was ever enqueued
+  check(cudaStreamSynchronize(gStream), "cudaStreamSynchronize");
+}
+
+Scratch::Scratch(size_t bytes, const char* what) {
+  if (bytes) check(cudaMallocAsync(&p_, bytes, stream()), what);
+}
+
+Scratch::~Scratch() {
+  if (p_ && cudaFreeAsync(p_, gStream) != cudaSuccess) cudaGetLastError();
+}
+
+// ---- Uploader -------------------------------------------------------------------------
+namespace {
+std::mutex gStagingMutex;
+void* gPinned[2] = {nullptr, nullptr};
+size_t gPinnedBytes = 0;
+cudaEvent_t gDone[2] = {nullptr, nullptr};
+}  // namespace
+
+struct Uploader::Impl {
+  std::unique_lock<std::mutex> lock{gStagingMutex};
+  int current = 1;
+  bool pending[2] = {false, false};
+};
+
+Uploader::Uploader(size_t chunkBytes) : impl_(new Impl) {
+  try {
+    stream();
+    if (gPinnedBytes < chunkBytes) {
+      for (void*& p : gPinned) {
+        if (p) cudaFreeHost(p);
+        p = nullptr;
+      }
+      gPinnedBytes = 0;
+      for (void*& p : gPinned) check(cudaMallocHost(&p, chunkBytes), "cudaMallocHost");
+      gPinnedBytes = chunkBytes;
+    }
+    for (cudaEvent_t& e : gDone)
+      if (!e) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  } catch (...) {
+    delete impl_;
+    throw;
+  }
+}
+
+Uploader::~Uploader() {
+  for (int i = 0; i < 2; ++i)
+    if (impl_->pending[i] && cudaEventSynchronize(gDone[i]) != cudaSuccess) cudaGetLastError();
+  delete impl_;
+}
+
+void* Uploader::buffer() {
+  int next = 1 - impl_->current;
+  if (impl_->pending[next]) {
+    impl_->pending[next] = false;
+    check(cudaEventSynchronize(gDone[next]), "cudaEventSynchronize");
+  }
+  impl_->current = next;
+  return gPinned[next];
+}
+
+void Uploader::send(void* dst, size_t bytes) {
+  int i = impl_->current;
+  check(cudaMemcpyAsync(dst, gPinned[i], bytes, cudaMemcpyHostToDevice, stream()), "cudaMemcpy (pinned to device)");
+  check(cudaEventRecord(gDone[i], stream()), "cudaEventRecord");
+  impl_->pending[i] = true;
+}
+
+}  // namespace mstar::gpu

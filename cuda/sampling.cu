@@ -1,0 +1,272 @@
+// Token choice and log-probabilities on the GPU, one block per row; only token ids and
+// the requested logprobs leave the device.
+//
+// sample() must pick the token cpu::sample picks for the same logits. The CPU sorts the
+// vocabulary (logit descending, index ascending), keeps the top k, then the shortest
+// prefix whose probability reaches top-p, and walks that prefix until the cumulative
+// weight passes u * total, with u from the same counter-based RNG. Sorting a whole
+// vocabulary per row is what the GPU avoids: every "position in sorted order" question
+// is answered by a radix descent over a 64-bit key that orders elements exactly like
+// the CPU's sort (the logit's order-preserving bits, then the inverted index). Each pass
+// histograms the next 8 bits of the elements still in play (count, and the f64 weight
+// e^(x/T - max/T) the CPU uses), then picks the bucket where the running count or
+// weight crosses the target. Weights are summed in another order than the CPU's
+// sequential walk, so a draw landing within ~1e-16 of a boundary could go the other
+// way; otherwise the choice is the CPU's.
+#include <cstdint>
+
+#include "common.cuh"
+
+namespace mstar::gpu {
+namespace {
+
+constexpr int kThreads = 256;  // one histogram bucket per thread in the merge step
+constexpr int kWarps = kThreads / 32;
+
+__device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Uniform in [0, 1) with 53 random bits: native/cpu/sampling.cc's uniform(seed, step).
+__device__ __forceinline__ double uniform(uint64_t seed, uint64_t step) {
+  return double(splitmix64(seed ^ splitmix64(step)) >> 11) * 0x1.0p-53;
+}
+
+// A key whose descending order is the CPU's sort order: larger logit first, then lower
+// index. -0 counts as +0 (they compare equal on the CPU, so the index decides).
+__device__ __forceinline__ uint64_t keyOf(float x, int64_t i) {
+  uint32_t b = __float_as_uint(x == 0.0f ? 0.0f : x);
+  uint32_t ordered = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+  return (uint64_t(ordered) << 32) | uint64_t(0xffffffffu - uint32_t(i));
+}
+__device__ __forceinline__ int32_t indexOf(uint64_t key) { return int32_t(0xffffffffu - uint32_t(key)); }
+
+__device__ uint64_t blockMax(uint64_t v, uint64_t* shared) {
+  int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  __syncthreads();
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  uint64_t r = 0;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) r = max(r, shared[w]);
+  return r;
+}
+
+// Exclusive prefix sum in thread order; the block must reach it together.
+__device__ double blockExclusiveSum(double v, double* shared) {
+  int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  double incl = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    double n = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += n;
+  }
+  double excl = __shfl_up_sync(0xffffffffu, incl, 1);
+  if (lane == 0) excl = 0;
+  __syncthreads();
+  if (lane == 31) shared[warp] = incl;
+  __syncthreads();
+  double offset = 0;
+  for (int w = 0; w < warp; ++w) offset += shared[w];
+  return offset + excl;
+}
+
+struct SelectShared {
+  unsigned count[kWarps][256];
+  double mass[kWarps][256];
+  double scan[kWarps];
+  int crossing, lastNonEmpty;
+  double before;
+  unsigned chosenCount;
+  uint64_t found;
+};
+
+enum Mode { kCount, kMassAtLeast, kMassAbove };
+
+// The logits of one row and the weight the CPU gives a kept token.
+template <typename T>
+struct Row {
+  const T* x;
+  int64_t vocab;
+  double temperature, maxScaled;  // weight(x) = e^(x / T - maxScaled)
+  __device__ double weight(float v) const { return exp(double(v) / temperature - maxScaled); }
+};
+
+// Among the elements with key >= minKey, walked in descending key order, the first one
+// whose running count (kCount) or weight reaches `target` (>= for kCount and
+// kMassAtLeast, > for kMassAbove). If rounding leaves the target unreached, the last
+// element. Returns its key.
+template <typename T>
+__device__ uint64_t selectKey(const Row<T>& row, uint64_t minKey, Mode mode, double target, SelectShared& sh) {
+  const int warp = threadIdx.x / 32;
+  uint64_t prefix = 0;
+  double acc = 0;  // count or weight of the elements before the current prefix
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    for (int i = threadIdx.x; i < kWarps * 256; i += kThreads) {
+      (&sh.count[0][0])[i] = 0;
+      (&sh.mass[0][0])[i] = 0;
+    }
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < row.vocab; i += kThreads) {
+      float v = toF(row.x[i]);
+      uint64_t key = keyOf(v, i);
+      if (key < minKey) continue;
+      if (shift < 56 && (key >> (shift + 8)) != (prefix >> (shift + 8))) continue;
+      unsigned b = unsigned(key >> shift) & 0xffu;
+      atomicAdd(&sh.count[warp][b], 1u);
+      if (mode != kCount) atomicAdd(&sh.mass[warp][b], row.weight(v));
+    }
+    if (threadIdx.x == 0) {
+      sh.crossing = kThreads;
+      sh.lastNonEmpty = -1;
+    }
+    __syncthreads();
+    // Thread r merges bucket 255 - r: thread order is the descending walk.
+    const int b = 255 - int(threadIdx.x);
+    unsigned c = 0;
+    double m = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      c += sh.count[w][b];
+      m += sh.mass[w][b];
+    }
+    double mine = mode == kCount ? double(c) : m;
+    double before = acc + blockExclusiveSum(mine, sh.scan);
+    bool crosses = c > 0 && (mode == kMassAbove ? before + mine > target : before + mine >= target);
+    if (crosses) atomicMin(&sh.crossing, int(threadIdx.x));
+    if (c > 0) atomicMax(&sh.lastNonEmpty, int(threadIdx.x));
+    __syncthreads();
+    int chosen = sh.crossing < kThreads ? sh.crossing : sh.lastNonEmpty;
+    if (chosen < 0) return minKey;  // nothing in play: cannot happen for a kept set
+    if (int(threadIdx.x) == chosen) {
+      sh.before = before;
+      sh.chosenCount = c;
+    }
+    __syncthreads();
+    acc = sh.before;
+    prefix |= uint64_t(255 - chosen) << shift;
+    if (sh.chosenCount == 1 && shift > 0) {
+      // One element left under this prefix: find it instead of descending further.
+      for (int64_t i = threadIdx.x; i < row.vocab; i += kThreads) {
+        uint64_t key = keyOf(toF(row.x[i]), i);
+        if (key >= minKey && (key >> shift) == (prefix >> shift)) sh.found = key;
+      }
+      __syncthreads();
+      uint64_t found = sh.found;
+      __syncthreads();  // sh is reused by the caller's next select
+      return found;
+    }
+    __syncthreads();
+  }
+  return prefix;
+}
+
+// Sum of the weights of the elements with key >= minKey.
+template <typename T>
+__device__ double keptWeight(const Row<T>& row, uint64_t minKey, double* shared) {
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < row.vocab; i += kThreads) {
+    float v = toF(row.x[i]);
+    if (keyOf(v, i) >= minKey) s += row.weight(v);
+  }
+  return blockSum(s, shared);
+}
+
+template <typename T>
+__device__ uint64_t rowMaxKey(const T* x, int64_t vocab, uint64_t below, uint64_t* shared) {
+  uint64_t best = 0;
+  for (int64_t i = threadIdx.x; i < vocab; i += kThreads) {
+    uint64_t key = keyOf(toF(x[i]), i);
+    if (key < below) best = max(best, key);
+  }
+  return blockMax(best, shared);
+}
+
+template <typename T>
+__global__ __launch_bounds__(kThreads) void sampleKernel(int32_t* outIds, const T* logits, int64_t vocab,
+                                                         SamplingRows p) {
+  __shared__ SelectShared sh;
+  __shared__ uint64_t maxShared[kWarps];
+  __shared__ double sumShared[32];
+  const int64_t r = blockIdx.x;
+  const T* x = logits + r * vocab;
+  const float temperature = p.temperature[r], topP = p.topP[r];
+  const int32_t topK = p.topK[r];
+  const uint64_t best = rowMaxKey(x, vocab, UINT64_MAX, maxShared);
+  if (temperature <= 0 || topK == 1) {  // greedy: the first of tied maxima
+    if (threadIdx.x == 0) outIds[r] = indexOf(best);
+    return;
+  }
+  Row<T> row{x, vocab, double(temperature), 0};
+  row.maxScaled = double(toF(x[indexOf(best)])) / row.temperature;
+
+  uint64_t minKey = 0;  // the kept tokens are those with key >= minKey
+  int64_t keep = topK > 0 ? min(int64_t(topK), vocab) : vocab;
+  if (keep < vocab) minKey = selectKey(row, 0, kCount, double(keep), sh);
+  if (topP < 1) {
+    double total = keptWeight(row, minKey, sumShared);
+    minKey = selectKey(row, minKey, kMassAtLeast, double(topP) * total, sh);
+  }
+  double total = keptWeight(row, minKey, sumShared);
+  double u = uniform(uint64_t(p.seeds[r]), uint64_t(p.steps[r])) * total;
+  uint64_t chosen = selectKey(row, minKey, kMassAbove, u, sh);
+  if (threadIdx.x == 0) outIds[r] = indexOf(chosen);
+}
+
+// Log-softmax of the raw logits in f64 (as the CPU): the chosen token's logprob, then the
+// k most likely tokens in order, one max pass each (k is small: OpenAI allows 20).
+template <typename T>
+__global__ __launch_bounds__(kThreads) void logprobsKernel(float* chosenLp, int32_t* topIds, float* topLp, int64_t k,
+                                                           const T* logits, const int32_t* chosen, int64_t vocab) {
+  __shared__ uint64_t maxShared[kWarps];
+  __shared__ double sumShared[32];
+  const int64_t r = blockIdx.x;
+  const T* x = logits + r * vocab;
+  const uint64_t best = rowMaxKey(x, vocab, UINT64_MAX, maxShared);
+  const double maxv = toF(x[indexOf(best)]);
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < vocab; i += kThreads) s += exp(double(toF(x[i])) - maxv);
+  const double lse = maxv + log(blockSum(s, sumShared));
+  if (threadIdx.x == 0) {
+    int32_t c = chosen[r];
+    chosenLp[r] = c >= 0 && c < vocab ? float(double(toF(x[c])) - lse) : NAN;
+  }
+  uint64_t below = UINT64_MAX;
+  for (int64_t i = 0; i < k; ++i) {
+    uint64_t key = i == 0 ? best : rowMaxKey(x, vocab, below, maxShared);
+    if (threadIdx.x == 0) {
+      topIds[r * k + i] = indexOf(key);
+      topLp[r * k + i] = float(double(toF(x[indexOf(key)])) - lse);
+    }
+    below = key;
+  }
+}
+
+}  // namespace
+
+void sample(DType act, int32_t* outIds, const void* logits, int64_t n, int64_t vocab, SamplingRows p) {
+  if (n == 0) return;
+  withAct(act, [&](auto t) {
+    using T = decltype(t);
+    sampleKernel<T><<<unsigned(n), kThreads, 0, stream()>>>(outIds, static_cast<const T*>(logits), vocab, p);
+  });
+  checkLaunch("sample kernel");
+}
+
+void logprobs(DType act, float* chosenLp, int32_t* topIds, float* topLp, int64_t k, const void* logits,
+              const int32_t* chosen, int64_t n, int64_t vocab) {
+  if (n == 0) return;
+  withAct(act, [&](auto t) {
+    using T = decltype(t);
+    logprobsKernel<T><<<unsigned(n), kThreads, 0, stream()>>>(chosenLp, topIds, topLp, k, static_cast<const T*>(logits),
+                                                               chosen, vocab);
+  });
+  checkLaunch("logprobs kernel");
+}
+
+}  // namespace mstar::gpu

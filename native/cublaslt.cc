@@ -1,0 +1,197 @@
+// The dlopen shim of cuBLASLt: finds the library, resolves the handful of functions the
+// GEMM needs (prototypes from NVIDIA's cublasLt.h, with opaque handles as void*), and
+// caches one algorithm per shape and alignment.
+#include "cublaslt.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+#include "cublaslt_abi.h"
+#include "gpu.h"
+
+namespace mstar::cublaslt {
+namespace {
+
+using namespace abi;
+
+using Handle = void*;
+struct Api {
+  int (*create)(Handle*);
+  size_t (*getVersion)();
+  const char* (*statusString)(int);
+  int (*descCreate)(void**, int computeType, int scaleType);
+  int (*descSetAttribute)(void*, int attr, const void* buf, size_t size);
+  int (*descDestroy)(void*);
+  int (*layoutCreate)(void**, int type, uint64_t rows, uint64_t cols, int64_t ld);
+  int (*layoutDestroy)(void*);
+  int (*prefCreate)(void**);
+  int (*prefSetAttribute)(void*, int attr, const void* buf, size_t size);
+  int (*prefDestroy)(void*);
+  int (*getHeuristic)(Handle, void* desc, void* a, void* b, void* c, void* d, void* pref, int requested,
+                      HeuristicResult* results, int* returned);
+  int (*matmul)(Handle, void* desc, const void* alpha, const void* a, void* aDesc, const void* b, void* bDesc,
+                const void* beta, const void* c, void* cDesc, void* d, void* dDesc, const Algo* algo, void* workspace,
+                size_t workspaceBytes, void* stream);
+};
+
+Status gStatus;
+Api gApi;
+void* gLib = nullptr;
+std::once_flag gLoadOnce;
+
+// Where to look after the loader's own search (LD_LIBRARY_PATH, ld.so.cache).
+std::vector<std::string> libraryDirs() {
+  std::vector<std::string> dirs;
+  for (const char* var : {"CUDA_HOME", "CUDA_PATH"})
+    if (const char* v = std::getenv(var); v && *v) dirs.push_back(std::string(v) + "/lib64");
+  dirs.push_back("/usr/local/cuda/lib64");
+  dirs.push_back("/usr/local/cuda/targets/x86_64-linux/lib");
+  dirs.push_back("/usr/lib/x86_64-linux-gnu");
+  return dirs;
+}
+
+template <typename F>
+bool resolve(F& fn, const char* name, std::string& missing) {
+  fn = reinterpret_cast<F>(dlsym(gLib, name));
+  if (!fn) missing += (missing.empty() ? "" : ", ") + std::string(name);
+  return fn != nullptr;
+}
+
+void load() {
+  std::vector<std::string> looked;
+  std::string firstError;
+  for (const char* soname : {"libcublasLt.so.13", "libcublasLt.so.12"}) {
+    std::vector<std::string> candidates{soname};
+    for (const std::string& d : libraryDirs()) candidates.push_back(d + "/" + soname);
+    for (const std::string& c : candidates) {
+      gLib = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (gLib) {
+        gStatus.path = c;
+        break;
+      }
+      if (firstError.empty()) firstError = dlerror();
+    }
+    if (gLib) break;
+  }
+  if (!gLib) {
+    std::string dirs;
+    for (const std::string& d : libraryDirs()) dirs += ", " + d;
+    gStatus.error = "libcublasLt.so.13 (or .so.12) not found (looked in LD_LIBRARY_PATH, the system's library paths" +
+                    dirs + "): " + firstError;
+    return;
+  }
+  std::string missing;
+  resolve(gApi.create, "cublasLtCreate", missing);
+  resolve(gApi.getVersion, "cublasLtGetVersion", missing);
+  resolve(gApi.statusString, "cublasLtGetStatusString", missing);
+  resolve(gApi.descCreate, "cublasLtMatmulDescCreate", missing);
+  resolve(gApi.descSetAttribute, "cublasLtMatmulDescSetAttribute", missing);
+  resolve(gApi.descDestroy, "cublasLtMatmulDescDestroy", missing);
+  resolve(gApi.layoutCreate, "cublasLtMatrixLayoutCreate", missing);
+  resolve(gApi.layoutDestroy, "cublasLtMatrixLayoutDestroy", missing);
+  resolve(gApi.prefCreate, "cublasLtMatmulPreferenceCreate", missing);
+  resolve(gApi.prefSetAttribute, "cublasLtMatmulPreferenceSetAttribute", missing);
+  resolve(gApi.prefDestroy, "cublasLtMatmulPreferenceDestroy", missing);
+  resolve(gApi.getHeuristic, "cublasLtMatmulAlgoGetHeuristic", missing);
+  resolve(gApi.matmul, "cublasLtMatmul", missing);
+  if (!missing.empty()) {
+    gStatus.error = gStatus.path + " lacks " + missing;
+    dlclose(gLib);
+    gLib = nullptr;
+    return;
+  }
+  gStatus.version = gApi.getVersion();
+  gStatus.loaded = true;
+}
+
+void check(int status, const char* what) {
+  if (status != kSuccess)
+    throw gpu::Error(std::string("cuBLASLt ") + what + ": " + (gApi.statusString ? gApi.statusString(status) : "error") +
+                     " (" + std::to_string(status) + ")");
+}
+
+// Descriptors freed on every path out of a GEMM.
+struct Descs {
+  void* desc = nullptr;
+  void* a = nullptr;
+  void* b = nullptr;
+  void* d = nullptr;
+  void* pref = nullptr;
+  ~Descs() {
+    if (pref) gApi.prefDestroy(pref);
+    for (void* l : {a, b, d})
+      if (l) gApi.layoutDestroy(l);
+    if (desc) gApi.descDestroy(desc);
+  }
+};
+
+uint32_t alignmentOf(const void* p) {
+  uintptr_t v = reinterpret_cast<uintptr_t>(p);
+  uint32_t a = 256;
+  while (a > 1 && v % a != 0) a /= 2;
+  return a;
+}
+
+// The process's handle, workspace and per-shape algorithm choice; one GEMM at a time.
+std::mutex gMutex;
+Handle gHandle = nullptr;
+void* gWorkspace = nullptr;
+constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+using ShapeKey = std::tuple<int64_t, int64_t, int64_t, uint32_t, uint32_t, uint32_t>;
+std::map<ShapeKey, std::pair<bool, Algo>> gAlgos;  // false: cuBLASLt has none for this shape
+
+}  // namespace
+
+const Status& status() {
+  std::call_once(gLoadOnce, load);
+  return gStatus;
+}
+
+bool gemmBf16(void* out, const void* x, const void* w, int64_t n, int64_t in, int64_t outF, void* stream) {
+  if (!status().loaded) return false;
+  std::lock_guard<std::mutex> lock(gMutex);
+  if (!gHandle) check(gApi.create(&gHandle), "cublasLtCreate");
+  if (!gWorkspace) gWorkspace = gpu::alloc(kWorkspaceBytes);
+
+  // Row-major out = x · wᵀ is column-major outᵀ[outF, n] = w' · xᵀ, with w' = w read
+  // transposed: A = w (in x outF, ld in, op T), B = x (in x n, ld in), D = out (outF x n).
+  Descs d;
+  check(gApi.descCreate(&d.desc, kComputeF32, kDataF32), "cublasLtMatmulDescCreate");
+  int32_t opT = kOpT, opN = kOpN;
+  check(gApi.descSetAttribute(d.desc, kDescTransA, &opT, sizeof opT), "set TRANSA");
+  check(gApi.descSetAttribute(d.desc, kDescTransB, &opN, sizeof opN), "set TRANSB");
+  check(gApi.layoutCreate(&d.a, kDataBf16, uint64_t(in), uint64_t(outF), in), "cublasLtMatrixLayoutCreate(A)");
+  check(gApi.layoutCreate(&d.b, kDataBf16, uint64_t(in), uint64_t(n), in), "cublasLtMatrixLayoutCreate(B)");
+  check(gApi.layoutCreate(&d.d, kDataBf16, uint64_t(outF), uint64_t(n), outF), "cublasLtMatrixLayoutCreate(D)");
+
+  uint32_t alignA = alignmentOf(w), alignB = alignmentOf(x), alignD = alignmentOf(out);
+  ShapeKey key{n, in, outF, alignA, alignB, alignD};
+  auto found = gAlgos.find(key);
+  if (found == gAlgos.end()) {
+    check(gApi.prefCreate(&d.pref), "cublasLtMatmulPreferenceCreate");
+    uint64_t ws = kWorkspaceBytes;
+    check(gApi.prefSetAttribute(d.pref, kPrefMaxWorkspace, &ws, sizeof ws), "set MAX_WORKSPACE_BYTES");
+    // Tell the heuristic how aligned the buffers really are (views may start anywhere).
+    uint32_t aligns[4] = {alignA, alignB, alignD, alignD};
+    for (int i = 0; i < 4; ++i)
+      check(gApi.prefSetAttribute(d.pref, kPrefMinAlignA + i, &aligns[i], sizeof aligns[i]), "set MIN_ALIGNMENT");
+    HeuristicResult result{};
+    int returned = 0;
+    int s = gApi.getHeuristic(gHandle, d.desc, d.a, d.b, d.d, d.d, d.pref, 1, &result, &returned);
+    bool ok = s == kSuccess && returned > 0 && result.state == kSuccess;
+    found = gAlgos.emplace(key, std::make_pair(ok, result.algo)).first;
+  }
+  if (!found->second.first) return false;
+  float alpha = 1.0f, beta = 0.0f;
+  check(gApi.matmul(gHandle, d.desc, &alpha, w, d.a, x, d.b, &beta, out, d.d, out, d.d, &found->second.second,
+                    gWorkspace, kWorkspaceBytes, stream),
+        "cublasLtMatmul");
+  return true;
+}
+
+}  // namespace mstar::cublaslt

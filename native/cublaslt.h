@@ -1,0 +1,27 @@
+// cuBLASLt, loaded at run time with dlopen so the same binary loads (and runs its own
+// kernels) on a machine without it, and says exactly what is missing.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace mstar::cublaslt {
+
+struct Status {
+  bool loaded = false;
+  std::string path;   // the library that was loaded
+  std::string error;  // why it was not (file not found, missing symbol, ...)
+  size_t version = 0; // cublasLtGetVersion(), e.g. 130100
+};
+
+// Tries to load the library on the first call (never at module load); later calls
+// return the same answer. Thread-safe.
+const Status& status();
+
+// out[n, outF] = x[n, in] · w[outF, in]ᵀ, all bf16 and row-major, f32 accumulation, on
+// `stream` (a cudaStream_t). Returns false, having enqueued nothing, when cuBLASLt is not
+// loaded or offers no algorithm for this case, so the caller runs its own kernel;
+// throws gpu::Error when a cuBLASLt call fails.
+bool gemmBf16(void* out, const void* x, const void* w, int64_t n, int64_t in, int64_t outF, void* stream);
+
+}  // namespace mstar::cublaslt

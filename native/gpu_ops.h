@@ -1,0 +1,60 @@
+// The CUDA backend: the same ops as cpu/ops.h, enqueued on the process's stream and
+// implemented in cuda/*.cu. Activations (x, out, residual, qkv, gateUp, logits, LoRA t)
+// are f32 or bf16, named by `act`; every activation operand of one call shares it.
+// Weights are f32, bf16 or f16 as on the CPU, accumulation is f32 everywhere. Shapes are
+// checked by the bindings; values living in device memory (ids, slots, block tables) are
+// not, so kernels guard them: an out-of-range id reads as zeros instead of faulting.
+// Every launcher throws gpu::Error naming the CUDA error.
+#pragma once
+#include <cstdint>
+
+#include "cpu/ops.h"
+#include "dtype.h"
+
+namespace mstar::gpu {
+
+using cpu::HeadLayout;
+using cpu::SamplingRows;
+using cpu::Weights;
+
+// Paged KV cache [numBlocks, blockSize, numKvHeads, headDim] for k and v; f32 or bf16.
+struct KvCache {
+  void* k;
+  void* v;
+  DType dtype;
+  int64_t numBlocks, blockSize;
+};
+
+void embedding(DType act, void* out, Weights table, int64_t tableRows, const int32_t* ids, int64_t n, int64_t dim);
+void rmsNorm(DType act, void* out, const void* x, Weights w, int64_t rows, int64_t dim, float eps);
+void addRmsNorm(DType act, void* residual, const void* x, Weights w, void* out, int64_t rows, int64_t dim, float eps);
+void headRmsNorm(DType act, void* qkv, Weights qw, Weights kw, int64_t n, HeadLayout l, float eps);
+void linear(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF);
+void rope(DType act, void* qkv, const int32_t* positions, const float* invFreq, int64_t n, HeadLayout l, int half);
+void siluMul(DType act, void* out, const void* gateUp, int64_t n, int64_t inter);
+void add(DType act, void* out, const void* a, const void* b, int64_t n);
+void gatherRows(DType act, void* out, const void* x, int64_t xRows, const int32_t* idx, int64_t m, int64_t dim);
+
+void kvWrite(DType act, KvCache c, const void* qkv, const int32_t* slots, int64_t n, HeadLayout l);
+// numTokens = rows of qkv; queryStarts has numSeqs + 1 entries (in device memory).
+void pagedAttention(DType act, void* out, const void* qkv, KvCache c, const int32_t* blockTables, int64_t maxBlocks,
+                    const int32_t* queryStarts, const int32_t* contextLens, int64_t numSeqs, int64_t numTokens,
+                    HeadLayout l, float scale);
+
+// Same RNG, same order (top-k, then top-p, then the draw) as cpu::sample.
+void sample(DType act, int32_t* outIds, const void* logits, int64_t n, int64_t vocab, SamplingRows p);
+void logprobs(DType act, float* chosenLp, int32_t* topIds, float* topLp, int64_t k, const void* logits,
+              const int32_t* chosen, int64_t n, int64_t vocab);
+
+// a: [numSlots, rankRows, in]; b: [numSlots, outF, rank]. Grids depend on n and the sizes only.
+void loraShrink(DType act, void* t, const void* x, Weights a, int64_t numSlots, const int32_t* slotOfRow, int64_t n,
+                int64_t in, int64_t rankRows);
+void loraExpand(DType act, void* out, const void* t, Weights b, int64_t numSlots, const int32_t* slotOfRow,
+                const int32_t* sliceStarts, int64_t numSlices, int64_t n, int64_t outF, int64_t rank);
+void copyRegion(void* dst, DType dt, int64_t dstCols, const void* src, DType st, int64_t rows, int64_t cols,
+                int64_t rowOffset, int64_t colOffset, float scale, bool transpose);
+void fill(void* t, DType dt, int64_t n, float value);
+// Waits for the stream: the result comes back to the host.
+double maxAbsDiff(const void* a, DType at, const void* b, DType bt, int64_t n);
+
+}  // namespace mstar::gpu

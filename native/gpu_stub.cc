@@ -1,0 +1,58 @@
+// The gpu:: entry points of a build without nvcc: no CUDA tensor can be made there
+// (alloc throws), so the op stubs are unreachable; they exist so the bindings link.
+#ifndef MSTAR_WITH_CUDA
+#include "gpu.h"
+#include "gpu_ops.h"
+
+namespace mstar::gpu {
+namespace {
+[[noreturn]] void none() {
+  throw Error("this build of the addon has no CUDA backend (nvcc was not found when it was built)");
+}
+}  // namespace
+
+int deviceCount(std::string* error) {
+  if (error) *error = "this build of the addon has no CUDA backend (nvcc was not found when it was built)";
+  return -1;
+}
+void* alloc(size_t) { none(); }
+void release(void*) noexcept {}
+void memsetAsync(void*, int, size_t) { none(); }
+void copyToDevice(void*, const void*, size_t) { none(); }
+void copyToHost(void*, const void*, size_t) { none(); }
+void copyOnDevice(void*, const void*, size_t) { none(); }
+void synchronize() {}
+
+struct Uploader::Impl {};
+Uploader::Uploader(size_t) : impl_(nullptr) { none(); }
+Uploader::~Uploader() {}
+void* Uploader::buffer() { none(); }
+void Uploader::send(void*, size_t) { none(); }
+
+void embedding(DType, void*, Weights, int64_t, const int32_t*, int64_t, int64_t) { none(); }
+void rmsNorm(DType, void*, const void*, Weights, int64_t, int64_t, float) { none(); }
+void addRmsNorm(DType, void*, const void*, Weights, void*, int64_t, int64_t, float) { none(); }
+void headRmsNorm(DType, void*, Weights, Weights, int64_t, HeadLayout, float) { none(); }
+void linear(DType, void*, const void*, Weights, const Weights*, int64_t, int64_t, int64_t) { none(); }
+void rope(DType, void*, const int32_t*, const float*, int64_t, HeadLayout, int) { none(); }
+void siluMul(DType, void*, const void*, int64_t, int64_t) { none(); }
+void add(DType, void*, const void*, const void*, int64_t) { none(); }
+void gatherRows(DType, void*, const void*, int64_t, const int32_t*, int64_t, int64_t) { none(); }
+void kvWrite(DType, KvCache, const void*, const int32_t*, int64_t, HeadLayout) { none(); }
+void pagedAttention(DType, void*, const void*, KvCache, const int32_t*, int64_t, const int32_t*, const int32_t*,
+                    int64_t, int64_t, HeadLayout, float) {
+  none();
+}
+void sample(DType, int32_t*, const void*, int64_t, int64_t, SamplingRows) { none(); }
+void logprobs(DType, float*, int32_t*, float*, int64_t, const void*, const int32_t*, int64_t, int64_t) { none(); }
+void loraShrink(DType, void*, const void*, Weights, int64_t, const int32_t*, int64_t, int64_t, int64_t) { none(); }
+void loraExpand(DType, void*, const void*, Weights, int64_t, const int32_t*, const int32_t*, int64_t, int64_t, int64_t,
+                int64_t) {
+  none();
+}
+void copyRegion(void*, DType, int64_t, const void*, DType, int64_t, int64_t, int64_t, int64_t, float, bool) { none(); }
+void fill(void*, DType, int64_t, float) { none(); }
+double maxAbsDiff(const void*, DType, const void*, DType, int64_t) { none(); }
+
+}  // namespace mstar::gpu
+#endif

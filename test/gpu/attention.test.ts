@@ -1,0 +1,103 @@
+// kvWrite and pagedAttention on CUDA against the CPU backend: prefill, chunked prefill
+// and decode mixed in one call, shuffled non-contiguous block tables with padding, GQA
+// group sizes 1 to 8, head dims from 8 to 256, f32 or bf16 activations and caches, and
+// contexts long enough that decode splits the keys across blocks.
+import { describe, it } from 'vitest';
+
+import { ACTS, addon, describeGpu, expectClose, expectSame, floats, i32, onCpu, onCuda, Rng, rounded, tol, type Act } from './helpers.js';
+
+interface Seq {
+  cached: number;
+  fresh: number;
+}
+interface Layout {
+  numHeads: number;
+  numKvHeads: number;
+  headDim: number;
+}
+
+/** Blocks from a shuffled pool with spares; columns past a sequence's last block are -1. */
+function allocate(rng: Rng, seqs: Seq[], blockSize: number) {
+  const needed = seqs.map((s) => Math.ceil((s.cached + s.fresh) / blockSize));
+  const numBlocks = needed.reduce((a, b) => a + b, 0) + 3;
+  const pool = rng.shuffle(Array.from({ length: numBlocks }, (_, i) => i));
+  const maxBlocks = Math.max(...needed) + 1;
+  const tables = needed.map((count) => [...pool.splice(0, count), ...new Array(maxBlocks - count).fill(-1)]);
+  const slot = (s: number, pos: number) => tables[s][Math.floor(pos / blockSize)] * blockSize + (pos % blockSize);
+  return { numBlocks, maxBlocks, tables, slot };
+}
+
+/**
+ * One engine step on a device: the cached tokens are written first, then the fresh ones,
+ * then attention of the fresh tokens. Returns the output and the caches.
+ */
+function step(dev: 'cpu' | 'cuda', act: Act, cacheDtype: Act, seqs: Seq[], blockSize: number, l: Layout, seed: number) {
+  const rng = new Rng(seed);
+  const width = (l.numHeads + 2 * l.numKvHeads) * l.headDim;
+  const { numBlocks, maxBlocks, tables, slot } = allocate(rng, seqs, blockSize);
+  const oldTokens = seqs.reduce((a, s) => a + s.cached, 0);
+  const newTokens = seqs.reduce((a, s) => a + s.fresh, 0);
+  // Values rounded to bf16 whenever either side stores bf16, so both backends see the same.
+  const round = (v: Float32Array) => (act === 'bf16' || cacheDtype === 'bf16' ? rounded('bf16', v) : v);
+  const oldQkv = round(rng.floats(oldTokens * width, -2, 2));
+  const newQkv = round(rng.floats(newTokens * width, -2, 2));
+  const oldSlots = seqs.flatMap((s, i) => Array.from({ length: s.cached }, (_, p) => slot(i, p)));
+  const newSlots = seqs.flatMap((s, i) => Array.from({ length: s.fresh }, (_, p) => slot(i, s.cached + p)));
+  const cacheShape = [numBlocks, blockSize, l.numKvHeads, l.headDim];
+  const nan = new Float32Array(numBlocks * blockSize * l.numKvHeads * l.headDim).fill(NaN);
+  const actT = dev === 'cpu' ? 'f32' : act;
+  const cT = dev === 'cpu' ? 'f32' : cacheDtype;
+  const tensor = (dtype: 'f32' | 'bf16' | 'i32', shape: number[], data: ArrayLike<number>) =>
+    dev === 'cpu' ? (dtype === 'i32' ? i32(shape, data) : onCpu(shape, data)) : onCuda(dtype, shape, data);
+  const k = tensor(cT, cacheShape, nan);
+  const v = tensor(cT, cacheShape, nan);
+  const { numHeads: h, numKvHeads: kv, headDim: hd } = l;
+  if (oldTokens > 0) addon.kvWrite(k, v, tensor(actT, [oldTokens, width], oldQkv), tensor('i32', [oldTokens], oldSlots), h, kv, hd);
+  const qkv = tensor(actT, [newTokens, width], newQkv);
+  addon.kvWrite(k, v, qkv, tensor('i32', [newTokens], newSlots), h, kv, hd);
+  const starts = [0];
+  for (const s of seqs) starts.push(starts[starts.length - 1] + s.fresh);
+  const out = dev === 'cpu' ? addon.empty('f32', [newTokens, h * hd]) : addon.empty(act, [newTokens, h * hd], 'cuda');
+  addon.pagedAttention(out, qkv, k, v, tensor('i32', [seqs.length, maxBlocks], tables.flat()),
+    tensor('i32', [seqs.length + 1], starts), tensor('i32', [seqs.length], seqs.map((s) => s.cached + s.fresh)),
+    h, kv, hd, 1 / Math.sqrt(hd));
+  return { out: floats(out), k: floats(k), v: floats(v) };
+}
+
+const LAYOUTS: Layout[] = [
+  { numHeads: 4, numKvHeads: 2, headDim: 8 },     // 2 q heads per kv head, dims below a warp
+  { numHeads: 12, numKvHeads: 4, headDim: 33 },   // 3 per kv head: one head a block, odd dims
+  { numHeads: 8, numKvHeads: 2, headDim: 64 },    // 4 per kv head, 2 dims a lane, wide loads
+  { numHeads: 2, numKvHeads: 2, headDim: 96 },    // no grouping, dims not a lane multiple
+  { numHeads: 16, numKvHeads: 2, headDim: 128 },  // 8 per kv head
+  { numHeads: 32, numKvHeads: 2, headDim: 128 },  // 16 per kv head: two blocks share a kv head
+  { numHeads: 8, numKvHeads: 4, headDim: 256 },   // Qwen3.5's head dim
+];
+
+const BATCHES: [string, Seq[], number][] = [
+  ['prefill', [{ cached: 0, fresh: 5 }, { cached: 0, fresh: 17 }, { cached: 0, fresh: 1 }], 4],
+  ['chunked prefill on cached blocks', [{ cached: 8, fresh: 5 }, { cached: 3, fresh: 9 }], 16],
+  ['decode', [{ cached: 30, fresh: 1 }, { cached: 7, fresh: 1 }, { cached: 100, fresh: 1 }], 16],
+  ['mixed, with an idle sequence', [{ cached: 0, fresh: 13 }, { cached: 20, fresh: 7 }, { cached: 9, fresh: 0 }, { cached: 64, fresh: 1 }, { cached: 5, fresh: 1 }], 5],
+  ['block size 1', [{ cached: 6, fresh: 3 }, { cached: 0, fresh: 4 }], 1],
+  ['long decode, split across blocks', [{ cached: 3000, fresh: 1 }, { cached: 1500, fresh: 1 }, { cached: 40, fresh: 1 }], 16],
+  ['long prefill chunk', [{ cached: 1200, fresh: 40 }], 32],
+];
+
+describeGpu('cuda paged attention', () => {
+  describe.each(LAYOUTS)('$numHeads q heads, $numKvHeads kv heads, headDim $headDim', (l) => {
+    describe.each(ACTS)('%s activations', (act) => {
+      it.each(BATCHES)('%s', (_name, seqs, blockSize) => {
+        for (const cacheDtype of ACTS) {
+          const seed = l.numHeads * 1000 + l.headDim + blockSize;
+          const want = step('cpu', act, cacheDtype, seqs, blockSize, l, seed);
+          const got = step('cuda', act, cacheDtype, seqs, blockSize, l, seed);
+          // The caches hold the same values (NaN where never written).
+          expectSame(got.k, rounded(cacheDtype, want.k));
+          expectSame(got.v, rounded(cacheDtype, want.v));
+          expectClose(got.out, want.out, tol(act, true));
+        }
+      });
+    });
+  });
+});

@@ -1,0 +1,71 @@
+// LoRA shrink and expand on CUDA against the CPU backend, with mixed slots (slot 0 rows
+// get nothing, some slots have no rows, rows of one slot not contiguous), fused slices
+// of different widths, every weight dtype; and the slot-loading helpers on CUDA.
+import { describe, expect, it } from 'vitest';
+
+import {
+  ACTS, addon, describeGpu, expectClose, expectSame, floats, i32, onCpu, onCuda, Rng, rounded, tol, WEIGHT_DTYPES,
+  weightPair,
+} from './helpers.js';
+
+const NUM_SLOTS = 5;
+
+describeGpu('cuda lora', () => {
+  describe.each(ACTS)('%s activations', (act) => {
+    describe.each(WEIGHT_DTYPES)('%s adapters', (wd) => {
+      // [rows, in, slice widths, rank]
+      const cases: [number, number, number[], number][] = [
+        [1, 7, [5], 4],
+        [6, 64, [16, 8, 16], 8],
+        [33, 130, [40, 24, 24], 16],
+        [64, 1024, [256], 64],
+      ];
+      it.each(cases)('%i rows, in %i, slices %j, rank %i', (n, inF, widths, rank) => {
+        const rng = new Rng(n + inF + rank + wd.length + act.length);
+        const numSlices = widths.length;
+        const outF = widths.reduce((a, b) => a + b, 0);
+        const starts = [0];
+        for (const w of widths) starts.push(starts[starts.length - 1] + w);
+        // Slots 0..4, never slot 2 (an empty segment), slot 0 included when n > 1.
+        const slots = Array.from({ length: n }, (_, r) => [0, 1, 3, 4][(r * 7 + 3) % 4]);
+        const a = weightPair(wd, [NUM_SLOTS, numSlices * rank, inF], rng.floats(NUM_SLOTS * numSlices * rank * inF));
+        const b = weightPair(wd, [NUM_SLOTS, outF, rank], rng.floats(NUM_SLOTS * outF * rank));
+        const x = rounded(act, rng.floats(n * inF));
+
+        const tCpu = addon.empty('f32', [n, numSlices * rank]);
+        const tCuda = addon.empty(act, [n, numSlices * rank], 'cuda');
+        addon.loraShrink(tCpu, onCpu([n, inF], x), a.cpu, i32([n], slots));
+        addon.loraShrink(tCuda, onCuda(act, [n, inF], x), a.cuda, onCuda('i32', [n], slots));
+        expectClose(floats(tCuda), floats(tCpu), tol(act, true));
+
+        // Expand from the same t on both devices, onto the same base output.
+        const t = rounded(act, floats(tCpu));
+        const base = rounded(act, rng.floats(n * outF));
+        const outCpu = onCpu([n, outF], base);
+        const outCuda = onCuda(act, [n, outF], base);
+        addon.loraExpand(outCpu, onCpu([n, numSlices * rank], t), b.cpu, i32([n], slots), i32([numSlices + 1], starts));
+        addon.loraExpand(outCuda, onCuda(act, [n, numSlices * rank], t), b.cuda, onCuda('i32', [n], slots),
+          onCuda('i32', [numSlices + 1], starts));
+        const got = floats(outCuda);
+        expectClose(got, floats(outCpu), tol(act, true));
+        for (let r = 0; r < n; ++r)
+          if (slots[r] === 0) expectSame(got.subarray(r * outF, (r + 1) * outF), base.subarray(r * outF, (r + 1) * outF));
+      });
+    });
+  });
+
+  it.each(WEIGHT_DTYPES.flatMap((d) => WEIGHT_DTYPES.map((s) => [d, s])))('copyRegion into %s from %s, plain and transposed', (dd, sd) => {
+    const rng = new Rng(dd.length * 10 + sd.length);
+    const dstData = rng.floats(20 * 30);
+    const src = rng.floats(6 * 9);
+    for (const transpose of [false, true]) {
+      const cpu = addon.fromArray(dd, [20, 30], dstData);
+      const cuda = addon.fromArray(dd, [20, 30], dstData, 'cuda');
+      addon.copyRegion(cpu, addon.fromArray(sd, [6, 9], src), 3, 11, 0.5, transpose);
+      addon.copyRegion(cuda, addon.fromArray(sd, [6, 9], src, 'cuda'), 3, 11, 0.5, transpose);
+      expectSame(floats(cuda), floats(cpu));
+      expect(addon.maxAbsDiff(cuda, cpu.to('cuda'))).toBe(0);
+      expect(addon.maxAbsDiff(cuda, addon.fromArray(dd, [20, 30], dstData, 'cuda'))).toBe(addon.maxAbsDiff(cpu, addon.fromArray(dd, [20, 30], dstData)));
+    }
+  });
+});

@@ -1,0 +1,136 @@
+// The row and element ops on CUDA against the CPU backend: embedding, the norms, linear
+// (GEMV, tiled and cuBLASLt paths), rope, siluMul, add, gatherRows.
+import { describe, expect, it } from 'vitest';
+
+import {
+  ACTS, addon, describeGpu, expectClose, floats, i32, onCpu, onCuda, Rng, rounded, tol, WEIGHT_DTYPES, weightPair,
+  type Act, type Tensor,
+} from './helpers.js';
+
+/** Runs `op` on the CPU (f32) and on CUDA (act), returns both outputs as f32. */
+function both(act: Act, shape: number[], op: (dev: 'cpu' | 'cuda', out: Tensor) => void): [Float32Array, Float32Array] {
+  const cpu = addon.empty('f32', shape);
+  const cuda = addon.empty(act, shape, 'cuda');
+  op('cpu', cpu);
+  op('cuda', cuda);
+  return [floats(cuda), floats(cpu)];
+}
+
+/** The same activation values on both devices (rounded to act for both). */
+function act2(act: Act, shape: number[], data: Float32Array) {
+  const v = rounded(act, data);
+  return { cpu: onCpu(shape, v), cuda: onCuda(act, shape, v), values: v };
+}
+
+describeGpu('cuda row ops', () => {
+  describe.each(ACTS)('%s activations', (act) => {
+    it.each(WEIGHT_DTYPES)('embedding, %s table', (wd) => {
+      for (const dim of [1, 7, 130, 1024]) {
+        const rng = new Rng(dim);
+        const table = weightPair(wd, [50, dim], rng.floats(50 * dim));
+        const ids = rng.ints(37, 0, 50);
+        const [got, want] = both(act, [37, dim], (dev, out) =>
+          addon.embedding(out, dev === 'cpu' ? table.cpu : table.cuda, dev === 'cpu' ? i32([37], ids) : onCuda('i32', [37], ids)));
+        expectClose(got, want, tol(act, false));
+      }
+    });
+
+    describe.each(WEIGHT_DTYPES)('%s norm weights', (wd) => {
+      it.each([1, 7, 33, 130, 4096])('rmsNorm and addRmsNorm, width %i', (dim) => {
+        const rng = new Rng(dim + 1);
+        const rows = 5;
+        const w = weightPair(wd, [dim], rng.floats(dim, 0.5, 1.5));
+        const x = act2(act, [rows, dim], rng.floats(rows * dim, -3, 3));
+        const [got, want] = both(act, [rows, dim], (dev, out) => addon.rmsNorm(out, x[dev], w[dev], 1e-6));
+        expectClose(got, want, tol(act, true));
+
+        const res = act2(act, [rows, dim], rng.floats(rows * dim, -3, 3));
+        const resCpu = onCpu([rows, dim], res.values);
+        const resCuda = onCuda(act, [rows, dim], res.values);
+        const [got2, want2] = both(act, [rows, dim], (dev, out) =>
+          addon.addRmsNorm(dev === 'cpu' ? resCpu : resCuda, x[dev], w[dev], 1e-5, out));
+        expectClose(got2, want2, tol(act, true));
+        expectClose(floats(resCuda), floats(resCpu), tol(act, false));
+      });
+
+      it.each([[4, 2, 8], [3, 1, 33], [16, 8, 128], [8, 2, 256]])('headRmsNorm, %i q heads, %i kv heads, headDim %i', (h, kv, hd) => {
+        const rng = new Rng(h * kv * hd);
+        const n = 9;
+        const width = (h + 2 * kv) * hd;
+        const data = rounded(act, rng.floats(n * width, -2, 2));
+        const qw = weightPair(wd, [hd], rng.floats(hd, 0.5, 1.5));
+        const kw = weightPair(wd, [hd], rng.floats(hd, 0.5, 1.5));
+        const cpu = onCpu([n, width], data);
+        const cuda = onCuda(act, [n, width], data);
+        addon.headRmsNorm(cpu, qw.cpu, kw.cpu, h, kv, hd, 1e-6);
+        addon.headRmsNorm(cuda, qw.cuda, kw.cuda, h, kv, hd, 1e-6);
+        expectClose(floats(cuda), floats(cpu), tol(act, true));
+      });
+    });
+
+    describe.each(WEIGHT_DTYPES)('linear, %s weights', (wd) => {
+      // [n, in, out]: GEMV sizes (1, <= 4, <= 16), past it (tiled / cuBLASLt), odd and aligned widths.
+      const shapes = [[1, 7, 33], [1, 64, 256], [1, 1024, 130], [3, 130, 33], [4, 64, 64], [5, 1024, 256],
+        [16, 64, 33], [17, 130, 256], [64, 1024, 512], [70, 64, 33], [256, 2048, 1024],
+        [1, 64, 4227], [5, 130, 4229], [16, 1024, 4230]];
+      it.each(shapes)('n %i, in %i, out %i', (n, inF, outF) => {
+        const rng = new Rng(n * 7 + inF * 3 + outF);
+        const w = weightPair(wd, [outF, inF], rng.floats(outF * inF));
+        const bias = weightPair(wd, [outF], rng.floats(outF));
+        const x = act2(act, [n, inF], rng.floats(n * inF));
+        for (const b of [null, bias]) {
+          const [got, want] = both(act, [n, outF], (dev, out) => addon.linear(out, x[dev], w[dev], b ? b[dev] : null));
+          expectClose(got, want, tol(act, true));
+        }
+      });
+    });
+
+    it('linear on views that start anywhere (no vector loads there)', () => {
+      const rng = new Rng(3);
+      const inF = 64, outF = 40, n = 3;
+      const flatW = rng.floats(outF * inF + 3);
+      const wCpu = addon.fromArray('bf16', [outF * inF + 3], flatW);
+      const w = { cpu: wCpu.narrow(3, outF * inF).view([outF, inF]), cuda: wCpu.to('cuda').narrow(3, outF * inF).view([outF, inF]) };
+      const xs = rounded(act, rng.floats(n * inF + 1));
+      const x = { cpu: onCpu([n * inF + 1], xs).narrow(1, n * inF).view([n, inF]), cuda: onCuda(act, [n * inF + 1], xs).narrow(1, n * inF).view([n, inF]) };
+      for (const rows of [1, 3]) {
+        const [got, want] = both(act, [rows, outF], (dev, out) => addon.linear(out, x[dev].narrow(0, rows), w[dev], null));
+        expectClose(got, want, tol(act, true));
+      }
+    });
+
+    it.each([[4, 2, 8, 4], [2, 2, 64, 32], [8, 1, 128, 32], [3, 1, 33, 8]])('rope, %i q heads, %i kv heads, headDim %i, %i frequencies', (h, kv, hd, half) => {
+      const rng = new Rng(h + kv + hd + half);
+      const n = 11;
+      const width = (h + 2 * kv) * hd;
+      const data = rounded(act, rng.floats(n * width, -2, 2));
+      const positions = rng.ints(n, 0, 8192);
+      const inv = Float32Array.from({ length: half }, (_, i) => Math.pow(10000, (-2 * i) / (2 * half)));
+      const cpu = onCpu([n, width], data);
+      const cuda = onCuda(act, [n, width], data);
+      addon.rope(cpu, i32([n], positions), onCpu([half], inv), h, kv, hd);
+      addon.rope(cuda, onCuda('i32', [n], positions), onCuda('f32', [half], inv), h, kv, hd);
+      expectClose(floats(cuda), floats(cpu), tol(act, false));
+    });
+
+    it.each([[1, 1], [3, 7], [17, 130], [64, 3000]])('siluMul and add, %i rows of %i', (n, inter) => {
+      const rng = new Rng(n * inter);
+      const gu = act2(act, [n, 2 * inter], rng.floats(n * 2 * inter, -6, 6));
+      const [got, want] = both(act, [n, inter], (dev, out) => addon.siluMul(out, gu[dev]));
+      expectClose(got, want, tol(act, false));
+      const a = act2(act, [n, inter], rng.floats(n * inter));
+      const b = act2(act, [n, inter], rng.floats(n * inter));
+      const [got2, want2] = both(act, [n, inter], (dev, out) => addon.add(out, a[dev], b[dev]));
+      expectClose(got2, want2, tol(act, false));
+    });
+
+    it('gatherRows', () => {
+      const rng = new Rng(8);
+      const x = act2(act, [20, 130], rng.floats(20 * 130));
+      const idx = rng.ints(9, 0, 20);
+      const [got, want] = both(act, [9, 130], (dev, out) =>
+        addon.gatherRows(out, x[dev], dev === 'cpu' ? i32([9], idx) : onCuda('i32', [9], idx)));
+      expect(got).toEqual(want);
+    });
+  });
+});

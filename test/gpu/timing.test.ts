@@ -1,0 +1,94 @@
+// Rough timings of the hot CUDA ops against their rooflines (MSTAR_GPU_TIMING=1 only).
+// Host-timed: warm up, then the median of several batches of back-to-back launches
+// ended by synchronize(), so launch overhead counts (it does in an eager step too).
+import { it } from 'vitest';
+
+import { addon, HAS_CUDA, onCuda, Rng, type Tensor } from './helpers.js';
+
+const HBM = 4.8e12;  // H200 datasheet bytes/s (measured copies reach about 4.3e12)
+
+function time(fn: () => void, reps = 20): number {
+  for (let i = 0; i < 3; ++i) fn();
+  addon.synchronize();
+  const samples: number[] = [];
+  for (let s = 0; s < 7; ++s) {
+    const t0 = performance.now();
+    for (let i = 0; i < reps; ++i) fn();
+    addon.synchronize();
+    samples.push((performance.now() - t0) / reps);
+  }
+  samples.sort((a, b) => a - b);
+  return samples[3] / 1e3;  // seconds
+}
+
+function randn(dtype: 'f32' | 'bf16', shape: number[], seed: number, scale = 1): Tensor {
+  const n = shape.reduce((a, b) => a * b, 1);
+  return onCuda(dtype, shape, new Rng(seed).floats(n, -scale, scale));
+}
+
+it.runIf(HAS_CUDA && process.env.MSTAR_GPU_TIMING === '1')('timings', () => {
+  const lines: string[] = [];
+  const report = (what: string, s: number, extra: string) => lines.push(`${what.padEnd(58)} ${(s * 1e6).toFixed(1).padStart(9)} us  ${extra}`);
+
+  // Decode GEMV: bound by reading the weights once.
+  const w = randn('bf16', [12288, 4096], 1, 0.02);
+  const bytes = 12288 * 4096 * 2;
+  for (const n of [1, 4, 8, 16]) {
+    for (const act of ['bf16', 'f32'] as const) {
+      const x = randn(act, [n, 4096], 2);
+      const out = addon.empty(act, [n, 12288], 'cuda');
+      const s = time(() => addon.linear(out, x, w, null));
+      report(`linear n=${n} 4096->12288 bf16 w, ${act} x`, s, `${((bytes / s) / 1e12).toFixed(2)} TB/s (${((bytes / HBM / s) * 100).toFixed(0)}% of HBM)`);
+    }
+  }
+  // Prefill GEMM: cuBLASLt for bf16, the tiled kernel for f32.
+  for (const [n, act] of [[512, 'bf16'], [2048, 'bf16'], [512, 'f32']] as const) {
+    const x = randn(act, [n, 4096], 3);
+    const out = addon.empty(act, [n, 12288], 'cuda');
+    const s = time(() => addon.linear(out, x, w, null), 5);
+    report(`linear n=${n} 4096->12288 ${act}`, s, `${((2 * n * 4096 * 12288) / s / 1e12).toFixed(1)} TFLOP/s`);
+  }
+
+  // Decode attention: 32 sequences x 4096 context, 32 q heads / 8 kv heads, headDim 128.
+  for (const [seqs, ctx] of [[32, 4096], [1, 32768], [128, 1024]]) {
+    const l = { h: 32, kv: 8, hd: 128 }, bs = 16;
+    const blocksPerSeq = ctx / bs;
+    const numBlocks = seqs * blocksPerSeq;
+    const k = addon.zeros('bf16', [numBlocks, bs, l.kv, l.hd], 'cuda');
+    const v = addon.zeros('bf16', [numBlocks, bs, l.kv, l.hd], 'cuda');
+    addon.fill(k, 0.01);
+    addon.fill(v, 0.02);
+    const tables = onCuda('i32', [seqs, blocksPerSeq], new Rng(4).shuffle(Array.from({ length: numBlocks }, (_, i) => i)));
+    const starts = onCuda('i32', [seqs + 1], Array.from({ length: seqs + 1 }, (_, i) => i));
+    const lens = onCuda('i32', [seqs], new Array(seqs).fill(ctx));
+    const qkv = randn('bf16', [seqs, (l.h + 2 * l.kv) * l.hd], 5);
+    const out = addon.empty('bf16', [seqs, l.h * l.hd], 'cuda');
+    const s = time(() => addon.pagedAttention(out, qkv, k, v, tables, starts, lens, l.h, l.kv, l.hd, 0.088));
+    const kvBytes = seqs * ctx * l.kv * l.hd * 2 * 2;
+    report(`attention decode ${seqs} seqs x ${ctx} ctx, 32/8 heads, hd 128`, s, `${(kvBytes / s / 1e12).toFixed(2)} TB/s of KV`);
+  }
+  {
+    const l = { h: 32, kv: 8, hd: 128 }, bs = 16, T = 2048;
+    const k = addon.zeros('bf16', [T / bs, bs, l.kv, l.hd], 'cuda');
+    const v = addon.zeros('bf16', [T / bs, bs, l.kv, l.hd], 'cuda');
+    const qkv = randn('bf16', [T, (l.h + 2 * l.kv) * l.hd], 6);
+    const out = addon.empty('bf16', [T, l.h * l.hd], 'cuda');
+    const tables = onCuda('i32', [1, T / bs], Array.from({ length: T / bs }, (_, i) => i));
+    const starts = onCuda('i32', [2], [0, T]);
+    const lens = onCuda('i32', [1], [T]);
+    const s = time(() => addon.pagedAttention(out, qkv, k, v, tables, starts, lens, l.h, l.kv, l.hd, 0.088), 3);
+    report(`attention prefill 1 x ${T} tokens, 32/8 heads, hd 128`, s, `${((2 * 2 * T * T * l.h * l.hd) / 2 / s / 1e12).toFixed(1)} TFLOP/s (causal)`);
+  }
+
+  // Sampling 64 rows of a 151936 vocabulary.
+  const n = 64, vocab = 151936;
+  const logits = randn('f32', [n, vocab], 7, 8);
+  const ids = addon.empty('i32', [n], 'cuda');
+  for (const [name, t, k, p] of [['greedy', 0, 0, 1], ['temperature 1', 1, 0, 1], ['top-k 50', 1, 50, 1], ['top-p 0.9', 1, 0, 0.9], ['top-k 50 + top-p 0.9', 0.8, 50, 0.9]] as const) {
+    const args = [onCuda('f32', [n], new Array(n).fill(t)), onCuda('i32', [n], new Array(n).fill(k)), onCuda('f32', [n], new Array(n).fill(p)),
+      onCuda('i64', [n], Array.from({ length: n }, (_, i) => i)), onCuda('i32', [n], new Array(n).fill(3))] as const;
+    const s = time(() => addon.sample(ids, logits, ...args), 5);
+    report(`sample ${n} x ${vocab}, ${name}`, s, '');
+  }
+  console.log(`\n${lines.join('\n')}\n`);
+});
