@@ -1,5 +1,7 @@
 // The `mstar` command line: dispatches to one module per subcommand.
+import { runBench } from './bench.js';
 import { runServe } from './serve.js';
+import { runSynth } from './synth.js';
 
 interface Command {
   summary: string;
@@ -9,6 +11,8 @@ interface Command {
 
 const COMMANDS: Record<string, Command> = {
   serve: { summary: 'serve a model over an OpenAI-compatible HTTP API', run: runServe },
+  bench: { summary: 'benchmark an OpenAI-compatible endpoint: tok/s, TTFT, ITL, LoRA retention', run: runBench },
+  synth: { summary: 'write a random-weight checkpoint (a real model\'s shapes) and LoRA adapters', run: runSynth },
 };
 
 export const HELP = `usage: mstar <command> [options]

@@ -1,0 +1,108 @@
+// Runs one engine side's grid: a warm-up, then every mix × load point × round, each cell's
+// requests drawn from the seed so both engine sides see the very same prompts.
+import { hashString, Rng } from '../synth/rng.js';
+import { cellReport, type CellReport, type EngineSide } from './cell.js';
+import { drawLength } from './lengths.js';
+import { describeLoad, runLoad, type LoadRun, type LoadShape } from './load.js';
+import { modelPicker, needsAdapters, type MixName } from './mix.js';
+import { defaultRequests, type BenchOptions } from './options.js';
+import { randomPromptIds } from './prompts.js';
+import { streamCompletion } from './request.js';
+import { formatMs } from './table.js';
+
+/** Where progress goes: `status` replaces a live line, `log` adds a permanent one. */
+export interface BenchUi {
+  status(line: string): void;
+  log(line: string): void;
+}
+
+/** One engine side to measure: where it listens and its base model's name. */
+export interface Side {
+  engine: EngineSide;
+  url: string;
+  base: string;
+  apiKey?: string;
+}
+
+export interface Grid {
+  opts: BenchOptions;
+  loads: readonly LoadShape[];
+  adapters: readonly string[];
+  /** Prompt token ids are drawn below this. */
+  idLimit: number;
+  ui: BenchUi;
+}
+
+/** A generation that runs longer than this is a hung server, not a data point. */
+const REQUEST_TIMEOUT_MS = 10 * 60 * 1000;
+const STATUS_INTERVAL_MS = 250;
+
+export class BenchError extends Error {
+  override readonly name = 'BenchError';
+}
+
+export async function runGrid(grid: Grid, side: Side, mixes: readonly MixName[]): Promise<CellReport[]> {
+  await warmUp(grid, side, mixes.some(needsAdapters) ? grid.adapters[0] : undefined);
+  const runs = new Map<string, LoadRun[]>();
+  const key = (mix: MixName, load: LoadShape): string => `${mix}/${describeLoad(load)}`;
+  // Rounds go round the whole grid, so a drift over time shows as spread between rounds.
+  for (let round = 1; round <= grid.opts.rounds; round++) {
+    for (const mix of mixes) {
+      for (const load of grid.loads) {
+        const run = await runCell(grid, side, mix, load, round);
+        runs.set(key(mix, load), [...(runs.get(key(mix, load)) ?? []), run]);
+      }
+    }
+  }
+  return mixes.flatMap((mix) => grid.loads.map((load) => cellReport(side.engine, mix, load, runs.get(key(mix, load))!)));
+}
+
+async function runCell(grid: Grid, side: Side, mix: MixName, load: LoadShape, round: number): Promise<LoadRun> {
+  const { opts, ui } = grid;
+  const pick = modelPicker(mix, side.base, grid.adapters, opts.seed);
+  const limit = opts.durationS !== undefined ? { durationS: opts.durationS } : { requests: opts.requests ?? defaultRequests(load) };
+  const label = `${side.engine} ${mix} ${describeLoad(load)}${opts.rounds > 1 ? ` round ${round}/${opts.rounds}` : ''}`;
+  let done = 0, failed = 0, tokens = 0;
+  const started = Date.now();
+  const show = (): void => {
+    const s = (Date.now() - started) / 1000;
+    const total = limit.requests !== undefined ? `/${limit.requests}` : '';
+    ui.status(`${label}  ${done}${total} req  ${failed} failed  ${s > 0 ? (tokens / s).toFixed(0) : 0} tok/s  ${s.toFixed(1)} s`);
+  };
+  const timer = setInterval(show, STATUS_INTERVAL_MS);
+  let run: LoadRun;
+  try {
+    run = await runLoad(load, limit, (i) => {
+      // Keyed without the engine side, so LoRA on and LoRA off get the very same prompts.
+      const rng = new Rng(opts.seed, hashString(`${mix}/${describeLoad(load)}/${round}/${i}`));
+      const promptIds = randomPromptIds(rng, drawLength(opts.promptLen, rng), grid.idLimit);
+      return streamCompletion({
+        url: side.url, model: pick(i), promptIds, maxTokens: drawLength(opts.outputLen, rng), apiKey: side.apiKey,
+        signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+      });
+    }, opts.seed ^ hashString(`${describeLoad(load)}/${round}`), (r) => {
+      done++;
+      if (!r.ok) failed++;
+      else tokens += r.outputTokens;
+      show();
+    });
+  } finally {
+    clearInterval(timer);
+  }
+  const cell = cellReport(side.engine, mix, load, [run]);
+  ui.log(`${label}: ${cell.outputTokS.toFixed(1)} tok/s, TTFT p50 ${formatMs(cell.ttftMs.p50)} ms, ` +
+    `ITL p50 ${formatMs(cell.itlMs.p50)} ms, ${cell.failed} failed${cell.errors.length > 0 ? ` (${cell.errors[0]})` : ''}`);
+  return run;
+}
+
+/** One short request per model the grid names first, so start-up costs (first launch, first adapter load) stay out of the cells. */
+async function warmUp(grid: Grid, side: Side, adapter: string | undefined): Promise<void> {
+  for (const model of adapter === undefined ? [side.base] : [side.base, adapter]) {
+    grid.ui.status(`${side.engine}: warm-up request on ${model}`);
+    const r = await streamCompletion({
+      url: side.url, model, promptIds: randomPromptIds(new Rng(0xbeef), 16, grid.idLimit), maxTokens: 4, apiKey: side.apiKey,
+      signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+    });
+    if (!r.ok) throw new BenchError(`warm-up request to ${side.url} (model ${model}) failed: ${r.error}`);
+  }
+}

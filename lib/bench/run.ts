@@ -1,0 +1,131 @@
+// `mstar bench` end to end: resolves what to measure, runs the grid on the engine under test,
+// then the LoRA-off baseline at the same load points, and puts retention (and, on request,
+// the c=1 roofline) into one report.
+import { readModelConfig } from '../checkpoint/config.js';
+import type { ServeConfig } from '../config/schema.js';
+import { withRetention, type CellReport, type EngineSide } from './cell.js';
+import { listModels } from './endpoint.js';
+import { BenchError, type BenchUi, type Grid, type Side } from './grid.js';
+import { runGridOnThread } from './grid_thread.js';
+import { formatLength, meanLength } from './lengths.js';
+import type { LoadShape } from './load.js';
+import { loadBenchConfig, startLocalServer, withoutLora } from './local_server.js';
+import { needsAdapters, type MixName } from './mix.js';
+import type { BenchOptions, BenchReport } from './options.js';
+import { promptIdLimit } from './prompts.js';
+import { adapterBytes, modelBytes, roofline } from './roofline.js';
+
+export { BenchError, type BenchUi } from './grid.js';
+
+export async function runBenchmark(opts: BenchOptions, ui: BenchUi): Promise<BenchReport> {
+  const startedAt = new Date().toISOString();
+  const target = opts.target;
+  if (opts.roofline && target.kind !== 'serve') throw new BenchError('--roofline needs --serve (it reads the checkpoint to count weight bytes)');
+  const loads = loadPoints(opts, ui);
+
+  // What to ask for: the base model's name, the adapters, and the range of prompt token ids.
+  let serveConfig: ServeConfig | undefined;
+  let model: string, adapters: string[], idLimit: number;
+  if (target.kind === 'serve') {
+    serveConfig = loadBenchConfig(target.configFile);
+    model = serveConfig.served_model_name;
+    adapters = opts.adapters ?? serveConfig.resources.lora?.adapters.map((a) => a.name) ?? [];
+    idLimit = promptIdLimit(serveConfig.model, readModelConfig(serveConfig.model).vocabSize);
+  } else {
+    const listed = target.model !== undefined && opts.adapters !== undefined ? undefined : await listModels(target.url, target.apiKey);
+    const base = target.model ?? listed?.base;
+    if (base === undefined) throw new BenchError(`${target.url}/v1/models lists no base model: pass --model NAME`);
+    model = base;
+    adapters = opts.adapters ?? listed?.adapters ?? [];
+    idLimit = target.vocab;
+  }
+
+  const mixes = opts.mixes.filter((m) => {
+    if (needsAdapters(m) && adapters.length === 0) ui.log(`mix ${m}: skipped, no adapters (give --adapters or serve some)`);
+    return !needsAdapters(m) || adapters.length > 0;
+  });
+  if (mixes.length === 0) throw new BenchError('no mix to run');
+  const slots = serveConfig?.resources.lora?.slots;
+  if (slots !== undefined && mixes.includes('churn') && adapters.length <= slots) {
+    ui.log(`mix churn: ${adapters.length} adapters fit the ${slots} slots, so nothing is swapped (synthesize more adapters to churn)`);
+  }
+
+  const grid: Grid = { opts, loads, adapters, idLimit, ui };
+  let cells: CellReport[], baseline: CellReport[] = [];
+  let url: string, baselineUrl: string | null = null;
+  if (serveConfig !== undefined) {
+    // The engine under test, then its LoRA-off twin: one at a time, so neither slows the other.
+    ({ url, cells } = await onLocalServer('lora-on', serveConfig, ui, (side) => runGridOnThread(grid, side, mixes)));
+    ({ url: baselineUrl, cells: baseline } = await onLocalServer('lora-off', withoutLora(serveConfig), ui, (side) => runGridOnThread(grid, side, ['base'])));
+  } else {
+    const t = target as Extract<BenchOptions['target'], { kind: 'url' }>;
+    url = t.url;
+    cells = await runGridOnThread(grid, { engine: 'lora-on', url: t.url, base: model, apiKey: t.apiKey }, mixes);
+    if (t.baselineUrl !== undefined) {
+      baselineUrl = t.baselineUrl;
+      const base = t.baselineModel ?? t.model ?? (await listModels(t.baselineUrl, t.apiKey)).base ?? model;
+      baseline = await runGridOnThread(grid, { engine: 'lora-off', url: t.baselineUrl, base, apiKey: t.apiKey }, ['base']);
+    }
+  }
+  const all = [...withRetention(cells, baseline), ...withRetention(baseline, baseline)];
+
+  return {
+    tool: 'mstar bench',
+    version: 1,
+    startedAt,
+    target: {
+      kind: target.kind, url, baselineUrl, model, adapters,
+      ...(serveConfig !== undefined && target.kind === 'serve' ? { serveConfig: target.configFile, device: serveConfig.device, slots } : {}),
+    },
+    settings: {
+      concurrency: loads.filter((l) => l.kind === 'closed').map((l) => (l as { concurrency: number }).concurrency),
+      rates: opts.rates,
+      promptLen: formatLength(opts.promptLen),
+      outputLen: formatLength(opts.outputLen),
+      requests: opts.durationS !== undefined ? null : opts.requests ?? null,
+      durationS: opts.durationS ?? null,
+      mixes,
+      rounds: opts.rounds,
+      seed: opts.seed,
+    },
+    cells: all,
+    roofline: opts.roofline && serveConfig !== undefined ? rooflineOf(all, serveConfig, adapters, opts) : null,
+  };
+}
+
+function loadPoints(opts: BenchOptions, ui: BenchUi): LoadShape[] {
+  const loads: LoadShape[] = [
+    ...opts.concurrency.map((c): LoadShape => ({ kind: 'closed', concurrency: c })),
+    ...opts.rates.map((r): LoadShape => ({ kind: 'poisson', rate: r })),
+  ];
+  if (opts.roofline && !loads.some((l) => l.kind === 'closed' && l.concurrency === 1)) {
+    ui.log('--roofline measures at c=1: adding c=1 to the load points');
+    loads.unshift({ kind: 'closed', concurrency: 1 });
+  }
+  if (loads.length === 0) throw new BenchError('no load points: give --concurrency and/or --rate');
+  return loads;
+}
+
+async function onLocalServer(
+  engine: EngineSide, config: ServeConfig, ui: BenchUi, run: (side: Side) => Promise<CellReport[]>,
+): Promise<{ url: string; cells: CellReport[] }> {
+  const lora = config.resources.lora;
+  ui.log(`${engine}: starting mstar on ${config.model} (device ${config.device}${lora ? `, ${lora.adapters.length} adapters, ${lora.slots} slots` : ', LoRA off'})`);
+  const server = await startLocalServer(config, (m) => ui.status(`${engine}: ${m}`));
+  try {
+    return { url: server.url, cells: await run({ engine, url: server.url, base: config.served_model_name }) };
+  } finally {
+    await server.close();
+  }
+}
+
+function rooflineOf(cells: CellReport[], config: ServeConfig, adapters: readonly string[], opts: BenchOptions): BenchReport['roofline'] {
+  const pathOf = (name: string): string | undefined => config.resources.lora?.adapters.find((a) => a.name === name)?.path;
+  const sizes = adapters.map((a) => (pathOf(a) === undefined ? 0 : adapterBytes(pathOf(a)!)));
+  // 'one' reads its adapter every step; churn and mixed read one adapter per row, on average this size.
+  const adapterBytesOf = (mix: MixName): number =>
+    mix === 'base' || sizes.length === 0 ? 0 : mix === 'one' ? sizes[0] : sizes.reduce((a, b) => a + b, 0) / sizes.length;
+  // Decode step k of a request reads prompt + k tokens of context; the mean over its steps:
+  const context = meanLength(opts.promptLen) + (meanLength(opts.outputLen) - 1) / 2;
+  return roofline(cells, modelBytes(config), context, opts.hbmGbps, adapterBytesOf);
+}

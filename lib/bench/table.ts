@@ -1,0 +1,51 @@
+// The results table for a terminal: one row per cell, columns aligned, milliseconds for latency.
+import type { CellReport } from './cell.js';
+import { describeLoad } from './load.js';
+import type { RooflineReport } from './roofline.js';
+import { formatBytes } from './status_line.js';
+
+export function formatMs(v: number | null): string {
+  if (v === null) return '-';
+  return v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v.toFixed(2);
+}
+
+export function formatPercent(v: number | null): string {
+  return v === null ? '-' : `${(v * 100).toFixed(1)}%`;
+}
+
+const COLUMNS: { head: string; cell: (c: CellReport) => string; left?: boolean }[] = [
+  { head: 'engine', cell: (c) => c.engine, left: true },
+  { head: 'mix', cell: (c) => c.mix, left: true },
+  { head: 'load', cell: (c) => describeLoad(c.load), left: true },
+  { head: 'req', cell: (c) => String(c.requests) },
+  { head: 'fail', cell: (c) => String(c.failed) },
+  { head: 'tok/s', cell: (c) => c.outputTokS.toFixed(c.outputTokS >= 100 ? 0 : 1) },
+  { head: 'retention', cell: (c) => formatPercent(c.retention) },
+  { head: 'TTFT p50', cell: (c) => formatMs(c.ttftMs.p50) },
+  { head: 'TTFT p99', cell: (c) => formatMs(c.ttftMs.p99) },
+  { head: 'ITL p50', cell: (c) => formatMs(c.itlMs.p50) },
+  { head: 'ITL p99', cell: (c) => formatMs(c.itlMs.p99) },
+  { head: 'TPOT p50', cell: (c) => formatMs(c.tpotMs.p50) },
+  { head: 'e2e p50', cell: (c) => formatMs(c.e2eMs.p50) },
+  { head: 'e2e p99', cell: (c) => formatMs(c.e2eMs.p99) },
+];
+
+/** Latency columns are in milliseconds. */
+export function formatTable(cells: readonly CellReport[]): string {
+  const rows = [COLUMNS.map((c) => c.head), ...cells.map((cell) => COLUMNS.map((c) => c.cell(cell)))];
+  const widths = COLUMNS.map((_, i) => Math.max(...rows.map((r) => r[i].length)));
+  const line = (r: string[]): string =>
+    r.map((v, i) => (COLUMNS[i].left ? v.padEnd(widths[i]) : v.padStart(widths[i]))).join('  ').trimEnd();
+  const rule = widths.map((w) => '-'.repeat(w)).join('  ');
+  return [line(rows[0]), rule, ...rows.slice(1).map(line)].join('\n');
+}
+
+/** One line per c=1 cell: measured step (TPOT p50), bandwidth floor, achieved fraction. */
+export function formatRoofline(r: RooflineReport): string {
+  const head = `roofline at c=1, HBM ${r.hbmGbps} GB/s: weights ${formatBytes(r.weightBytes)} + KV ` +
+    `${formatBytes(r.kvBytesPerToken * r.contextTokens)} (${r.contextTokens.toFixed(0)} tokens) per step`;
+  if (r.cells.length === 0) return `${head}\n  no c=1 cell with a measured decode step`;
+  return [head, ...r.cells.map((c) =>
+    `  ${c.engine.padEnd(8)} ${c.mix.padEnd(5)}  step ${formatMs(c.stepMs)} ms (ITL p50 ${formatMs(c.itlMs)}), floor ${formatMs(c.floorMs)} ms` +
+    `${c.adapterBytes > 0 ? ` (adapter ${formatBytes(c.adapterBytes)})` : ''} -> ${formatPercent(c.fraction)} of bandwidth`)].join('\n');
+}

@@ -1,0 +1,129 @@
+// mstar bench end to end on the CPU: a synthesized tiny checkpoint served in-process with LoRA
+// on and off (--serve), and any endpoint by URL, with tiny numbers so it runs in a second or two.
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+
+import type { CellReport } from '../../lib/bench/cell.js';
+import { loadBenchConfig, startLocalServer } from '../../lib/bench/local_server.js';
+import type { BenchReport } from '../../lib/bench/options.js';
+import { runBenchmark } from '../../lib/bench/run.js';
+import { runCli } from '../../lib/cli/cli.js';
+import { ADAPTERS, removeTempDirs, synthTiny } from '../synth/tiny.js';
+import { checkWellFormed } from './xml.js';
+
+let dir: string;
+let yamlFile: string;
+
+beforeAll(async () => {
+  dir = (await synthTiny()).dir;
+  yamlFile = join(dir, 'bench.yaml');
+  // Three adapters over two slots: the churn mix swaps.
+  writeFileSync(yamlFile, [
+    'model: .', 'served_model_name: tiny', 'device: cpu', 'max_seq_len: 256', 'max_batch_size: 8', 'kv_cache: {num_blocks: 64}',
+    'resources:', '  lora:', '    slots: 2', '    max_rank: 8', `    targets: [${ADAPTERS.targets.join(', ')}]`, '    adapters:',
+    ...[0, 1, 2].map((i) => `      - {name: lora-00${i}, path: adapters/lora-00${i}}`), '',
+  ].join('\n'));
+});
+afterAll(removeTempDirs);
+
+describe('mstar bench --serve', () => {
+  it('measures every mix with LoRA on and the baseline with LoRA off, and writes a table, JSON and SVG', async () => {
+    let out = '';
+    vi.spyOn(process.stdout, 'write').mockImplementation((chunk: string | Uint8Array) => ((out += String(chunk)), true));
+    const json = join(dir, 'bench.json'), svg = join(dir, 'bench.svg');
+    let code: number;
+    try {
+      code = await runCli(['bench', '--serve', yamlFile, '--concurrency', '1,2', '--requests', '4', '--prompt-len', '8', '--output-len', '4',
+        '--json', json, '--svg', svg, '--roofline']);
+    } finally {
+      vi.restoreAllMocks();
+    }
+    expect(code, out).toBe(0);
+
+    const report = JSON.parse(readFileSync(json, 'utf8')) as BenchReport;
+    expect(report.target).toMatchObject({ kind: 'serve', model: 'tiny', adapters: ['lora-000', 'lora-001', 'lora-002'], device: 'cpu', slots: 2 });
+    expect(report.settings).toMatchObject({ concurrency: [1, 2], promptLen: '8', outputLen: '4', requests: 4, mixes: ['base', 'one', 'churn', 'mixed'], rounds: 1 });
+    const key = (c: CellReport): string => `${c.engine} ${c.mix} ${c.load.kind === 'closed' ? c.load.concurrency : c.load.rate}`;
+    expect(report.cells.map(key)).toEqual([
+      'lora-on base 1', 'lora-on base 2', 'lora-on one 1', 'lora-on one 2', 'lora-on churn 1', 'lora-on churn 2',
+      'lora-on mixed 1', 'lora-on mixed 2', 'lora-off base 1', 'lora-off base 2',
+    ]);
+    for (const c of report.cells) {
+      expect(c, key(c)).toMatchObject({ requests: 4, failed: 0, errors: [], shortOutputs: 0, outputTokens: 16, rounds: 1 });
+      expect(c.outputTokS).toBeGreaterThan(0);
+      expect(c.ttftMs.p50).toBeGreaterThan(0);
+      expect(c.ttftMs.p99).toBeGreaterThanOrEqual(c.ttftMs.p50!);
+      expect(c.itlMs.p50).not.toBeNull();
+      expect(c.e2eMs.p50).toBeGreaterThanOrEqual(c.ttftMs.p50!);
+      const baseline = report.cells.find((b) => b.engine === 'lora-off' && JSON.stringify(b.load) === JSON.stringify(c.load))!;
+      expect(c.retention).toBeCloseTo(c.outputTokS / baseline.outputTokS, 9);
+    }
+    expect(report.cells.filter((c) => c.engine === 'lora-off').map((c) => c.retention)).toEqual([1, 1]);
+
+    const roofline = report.roofline!;
+    // Tied 64×1000 embedding + 2 layers of (q 64 + k 32 + v 32 + o 64 + gate/up 256 + down 64)·64 + norms, bf16.
+    expect(roofline.weightBytes).toBe(2 * (1000 * 64 + 2 * (64 * 64 + 2 * 32 * 64 + 64 * 64 + 2 * 128 * 64 + 64 * 128 + 2 * 64 + 2 * 16) + 64));
+    expect(roofline.kvBytesPerToken).toBe(2 * 2 * 2 * 16 * 2);
+    expect(roofline.contextTokens).toBe(8 + 1.5);
+    expect(roofline.cells.map((c) => `${c.engine} ${c.mix}`)).toEqual(['lora-on base', 'lora-on one', 'lora-on churn', 'lora-on mixed', 'lora-off base']);
+    expect(roofline.cells[1].adapterBytes).toBeGreaterThan(0);
+    expect(roofline.cells.every((c) => c.fraction > 0 && c.floorMs > 0)).toBe(true);
+
+    expect(out).toMatch(/engine\s+mix\s+load\s+req\s+fail\s+tok\/s\s+retention\s+TTFT p50\s+TTFT p99\s+ITL p50\s+ITL p99\s+TPOT p50\s+e2e p50\s+e2e p99/);
+    expect(out).toMatch(/lora-on\s+churn\s+c=2\s+4\s+0\s/);
+    expect(out).toMatch(/lora-off\s+base\s+c=1\s+4\s+0\s+\S+\s+100\.0%/);
+    expect(out).toMatch(/roofline at c=1, HBM 4800 GB\/s/);
+
+    const chart = readFileSync(svg, 'utf8');
+    checkWellFormed(chart);
+    expect(chart).toMatch(/^<\?xml version="1.0" encoding="UTF-8"\?>\n<svg xmlns="http:\/\/www.w3.org\/2000\/svg"/);
+    for (const name of ['base', 'one', 'churn', 'mixed', 'lora-off']) {
+      // One series per mix in each of the two panels (retention, TTFT).
+      expect(chart.match(new RegExp(`data-name="${name}"`, 'g')), name).toHaveLength(2);
+    }
+    expect(chart).toContain('Retention (tok/s ÷ LoRA off)');
+    expect(chart).toContain('TTFT p50 (ms)');
+  });
+});
+
+describe('mstar bench --url', () => {
+  it('finds the model and adapters from /v1/models and runs Poisson arrivals', async () => {
+    const server = await startLocalServer(loadBenchConfig(yamlFile));
+    const lines: string[] = [];
+    try {
+      const report = await runBenchmark({
+        target: { kind: 'url', url: server.url, vocab: 997 },
+        concurrency: [], rates: [200], promptLen: { min: 4, max: 12 }, outputLen: { min: 2, max: 5 }, requests: 6,
+        mixes: ['base', 'mixed'], rounds: 2, seed: 3, roofline: false, hbmGbps: 4800,
+      }, { status: () => {}, log: (l) => lines.push(l) });
+      expect(report.target).toMatchObject({ kind: 'url', url: server.url, baselineUrl: null, model: 'tiny', adapters: ['lora-000', 'lora-001', 'lora-002'] });
+      expect(report.cells.flatMap((c) => c.errors)).toEqual([]);
+      expect(report.cells.map((c) => [c.mix, c.load, c.rounds, c.requests, c.failed, c.retention])).toEqual([
+        ['base', { kind: 'poisson', rate: 200 }, 2, 12, 0, null],
+        ['mixed', { kind: 'poisson', rate: 200 }, 2, 12, 0, null],
+      ]);
+      expect(report.cells[0].roundTokS).toHaveLength(2);
+      expect(report.cells[0].outputTokens).toBeGreaterThanOrEqual(12 * 2);
+      expect(report.cells[0].outputTokens).toBeLessThanOrEqual(12 * 5);
+      expect(lines.some((l) => /^lora-on mixed 200 req\/s round 2\/2: /.test(l))).toBe(true);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('reports a failing endpoint request by request', async () => {
+    const server = await startLocalServer(loadBenchConfig(yamlFile));
+    try {
+      // An adapter the server does not have: every request is refused (the warm-up first).
+      await expect(runBenchmark({
+        target: { kind: 'url', url: server.url, model: 'tiny', vocab: 997 }, adapters: ['nope'],
+        concurrency: [1], rates: [], promptLen: { min: 4, max: 4 }, outputLen: { min: 2, max: 2 }, requests: 2,
+        mixes: ['one'], rounds: 1, seed: 0, roofline: false, hbmGbps: 4800,
+      }, { status: () => {}, log: () => {} })).rejects.toThrow(/warm-up request .* \(model nope\) failed: HTTP 4\d\d/);
+    } finally {
+      await server.close();
+    }
+  });
+});

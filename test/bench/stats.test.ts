@@ -1,0 +1,117 @@
+// The pure pieces of mstar bench: percentiles, Poisson arrivals, SSE parsing, mixes, lengths.
+import { describe, expect, it } from 'vitest';
+
+import { poissonArrivals } from '../../lib/bench/arrivals.js';
+import { cellReport, withRetention } from '../../lib/bench/cell.js';
+import { parseLength } from '../../lib/bench/lengths.js';
+import { modelPicker } from '../../lib/bench/mix.js';
+import { percentile, summarize } from '../../lib/bench/percentiles.js';
+import type { RequestResult } from '../../lib/bench/request.js';
+import { sseData } from '../../lib/bench/sse.js';
+
+describe('percentiles', () => {
+  it('interpolate linearly between closest ranks, as numpy does', () => {
+    const v = [15, 20, 35, 40, 50];
+    expect(percentile(v, 50)).toBe(35);
+    expect(percentile(v, 0)).toBe(15);
+    expect(percentile(v, 100)).toBe(50);
+    expect(percentile(v, 40)).toBeCloseTo(29); // numpy.percentile([15,20,35,40,50], 40) == 29.0
+    expect(percentile([3, 1, 2, 4], 99)).toBeCloseTo(3.97);
+    expect(percentile([7], 99)).toBe(7);
+    expect(percentile([], 50)).toBeNull();
+  });
+
+  it('summarize gives p50, p90, p99 and the mean, or nulls for no data', () => {
+    expect(summarize([1, 2, 3, 4, 5, 6, 7, 8, 9, 10])).toEqual({ p50: 5.5, p90: 9.1, p99: expect.closeTo(9.91, 10), mean: 5.5 });
+    expect(summarize([])).toEqual({ p50: null, p90: null, p99: null, mean: null });
+  });
+});
+
+describe('Poisson arrivals', () => {
+  it('are the same for the same seed and differ for another', () => {
+    const a = poissonArrivals(10, { count: 50 }, 42);
+    expect(a).toEqual(poissonArrivals(10, { count: 50 }, 42));
+    expect(a).not.toEqual(poissonArrivals(10, { count: 50 }, 43));
+    expect(a).toHaveLength(50);
+    expect(a.every((t, i) => t > (i === 0 ? 0 : a[i - 1]))).toBe(true);
+  });
+
+  it('have mean gap 1/rate, and stop at the duration', () => {
+    const a = poissonArrivals(20, { count: 20000 }, 1);
+    expect(a.at(-1)! / a.length).toBeCloseTo(1 / 20, 2);
+    const d = poissonArrivals(20, { durationS: 5 }, 1);
+    expect(d.at(-1)!).toBeLessThan(5);
+    expect(d.length).toBeGreaterThan(70);
+    expect(d.length).toBeLessThan(130);
+    expect(() => poissonArrivals(0, { count: 1 }, 1)).toThrow(/positive/);
+  });
+});
+
+function streamOf(...parts: string[]): ReadableStream<Uint8Array> {
+  const enc = new TextEncoder();
+  return new ReadableStream({
+    start(c) {
+      for (const p of parts) c.enqueue(enc.encode(p));
+      c.close();
+    },
+  });
+}
+
+async function collect(s: ReadableStream<Uint8Array>): Promise<string[]> {
+  const out: string[] = [];
+  for await (const d of sseData(s)) out.push(d);
+  return out;
+}
+
+describe('SSE parsing', () => {
+  it('yields data across split reads, CRLF and multi-line events, and stops at [DONE]', async () => {
+    expect(await collect(streamOf('data: {"a"', ':1}\n\n: comment\n\nda', 'ta: x\r', '\ndata: y\r\n\r\n', 'data: [DONE]\n\ndata: late\n\n'))).toEqual(['{"a":1}', 'x\ny']);
+    expect(await collect(streamOf('event: m\ndata:z\n\ndata: tail'))).toEqual(['z', 'tail']);
+  });
+});
+
+describe('mixes', () => {
+  const adapters = ['a', 'b', 'c'];
+  it('name the base, one adapter, a round robin, or a seeded uniform draw', () => {
+    const ids = [0, 1, 2, 3, 4, 5];
+    expect(ids.map(modelPicker('base', 'm', adapters, 0))).toEqual(['m', 'm', 'm', 'm', 'm', 'm']);
+    expect(ids.map(modelPicker('one', 'm', adapters, 0))).toEqual(['a', 'a', 'a', 'a', 'a', 'a']);
+    expect(ids.map(modelPicker('churn', 'm', adapters, 0))).toEqual(['a', 'b', 'c', 'a', 'b', 'c']);
+    const many = Array.from({ length: 3000 }, (_, i) => i);
+    const mixed = many.map(modelPicker('mixed', 'm', adapters, 7));
+    expect(mixed).toEqual([...many].reverse().map(modelPicker('mixed', 'm', adapters, 7)).reverse());
+    for (const a of adapters) expect(mixed.filter((x) => x === a).length).toBeGreaterThan(900);
+    expect(() => modelPicker('one', 'm', [], 0)).toThrow(/needs adapters/);
+  });
+});
+
+describe('lengths', () => {
+  it('parse N or MIN:MAX', () => {
+    expect(parseLength('128')).toEqual({ min: 128, max: 128 });
+    expect(parseLength('64:256')).toEqual({ min: 64, max: 256 });
+    expect(parseLength('0')).toBeUndefined();
+    expect(parseLength('9:3')).toBeUndefined();
+    expect(parseLength('x')).toBeUndefined();
+  });
+});
+
+describe('cell reports', () => {
+  const result = (startMs: number, ttft: number, itl: number[], ok = true): RequestResult => ({
+    ok, model: 'm', promptTokens: 4, requestedTokens: itl.length + 1, outputTokens: ok ? itl.length + 1 : 0,
+    startMs, endMs: startMs + ttft + itl.reduce((a, b) => a + b, 0), ttftMs: ok ? ttft : null, itlMs: ok ? itl : [], ...(ok ? {} : { error: 'HTTP 500' }),
+  });
+
+  it('count tokens, failures and latencies, and retention against the baseline at the same load', () => {
+    const load = { kind: 'closed' as const, concurrency: 2 };
+    const on = cellReport('lora-on', 'one', load, [{ wallS: 2, results: [result(0, 10, [5, 5, 5]), result(0, 20, [5]), result(0, 0, [], false)] }]);
+    expect(on).toMatchObject({ requests: 3, failed: 1, errors: ['HTTP 500'], outputTokens: 6, outputTokS: 3, shortOutputs: 0 });
+    expect(on.ttftMs.p50).toBe(15);
+    expect(on.itlMs.p50).toBe(5);
+    expect(on.tpotMs.p50).toBe(5);
+    const off = cellReport('lora-off', 'base', load, [{ wallS: 1, results: [result(0, 10, [5, 5, 5])] }, { wallS: 1, results: [result(0, 10, [5])] }]);
+    expect(off.roundTokS).toEqual([4, 2]);
+    expect(off.outputTokS).toBe(3);
+    const other = cellReport('lora-on', 'one', { kind: 'closed', concurrency: 4 }, []);
+    expect(withRetention([on, other], [off]).map((c) => c.retention)).toEqual([1, null]);
+  });
+});
