@@ -55,7 +55,7 @@ export class Engine {
       },
     };
     this.scheduler = new Scheduler(this.blocks, limits, (seq) => this.salt(seq), hooks);
-    this.runner = new ModelRunner(model, new KvCache(c, limits.numBlocks, limits.blockSize));
+    this.runner = new ModelRunner(model, new KvCache(c, limits.numBlocks, limits.blockSize, model.placement));
   }
 
   /** Queues a request; throws EngineError (changing nothing) if it can never run. */

@@ -3,6 +3,7 @@ import { freemem } from 'node:os';
 
 import type { ModelConfig } from '../checkpoint/config.js';
 import { KvCache } from '../models/kv_cache.js';
+import type { Placement } from '../models/placement.js';
 import type { LoraOptions } from '../lora/manager.js';
 import type { EngineLimits } from './engine.js';
 
@@ -21,20 +22,25 @@ export interface EngineOptions {
   onProgress?: (message: string) => void;
 }
 
-/** Without a size in the options, the CPU cache holds every batch row at full length, within
- * a quarter of free memory and at most 2 GiB. */
+/** Without a size in the options, the cache holds every batch row at full length, within
+ * (on the CPU) a quarter of free memory and at most 2 GiB, or (on CUDA) 16 GiB. */
 const CPU_MAX_KV_BYTES = 2 * 2 ** 30;
+const CUDA_MAX_KV_BYTES = 16 * 2 ** 30;
 
-export function engineLimits(config: ModelConfig, o: EngineOptions): EngineLimits {
+export function engineLimits(config: ModelConfig, o: EngineOptions, placement: Placement): EngineLimits {
   const maxModelLen = o.maxModelLen ?? config.maxPositionEmbeddings;
   if (maxModelLen > config.maxPositionEmbeddings) {
     throw new Error(`max_seq_len ${maxModelLen} is above the model's max_position_embeddings (${config.maxPositionEmbeddings})`);
   }
   const blockSize = o.kvCache.blockSize;
-  const perToken = KvCache.bytesPerToken(config);
+  const perToken = KvCache.bytesPerToken(config, placement);
+  const cuda = placement.device === 'cuda';
+  if (cuda && o.kvCache.memoryFraction !== undefined && o.kvCache.numBlocks === undefined) {
+    throw new Error('kv_cache.memory_fraction is not supported on cuda yet: set kv_cache.num_blocks');
+  }
   const bytes = o.kvCache.memoryFraction !== undefined
     ? o.kvCache.memoryFraction * freemem()
-    : Math.min(CPU_MAX_KV_BYTES, freemem() / 4, o.maxBatchSize * maxModelLen * perToken);
+    : Math.min(cuda ? CUDA_MAX_KV_BYTES : Math.min(CPU_MAX_KV_BYTES, freemem() / 4), o.maxBatchSize * maxModelLen * perToken);
   const numBlocks = o.kvCache.numBlocks ?? Math.floor(bytes / (perToken * blockSize));
   if (numBlocks < 1) throw new Error(`the KV cache has room for no block of ${blockSize} tokens`);
   return {

@@ -16,7 +16,7 @@ export class ModelRunner {
   /** Runs the step; returns one sample per entry whose chunk ends its sequence, in order. */
   run(batch: readonly ScheduledSeq[]): Sampled[] {
     const input = this.inputs(batch);
-    const tensors = stepTensors(input);
+    const tensors = stepTensors(input, this.model.placement.device);
     let logits: Tensor | undefined;
     try {
       logits = this.model.forward(tensors, this.kv);
@@ -73,19 +73,20 @@ export class ModelRunner {
     const owned: Tensor[] = [];
     const t = <T extends Tensor>(x: T): T => (owned.push(x), x);
     try {
-      const ids = t(addon.empty('i32', [n]));
+      const device = this.model.placement.device;
+      const ids = t(addon.empty('i32', [n], device));
       addon.sample(
         ids, logits,
-        t(addon.fromArray('f32', [n], Float32Array.from(p, (x) => x.temperature))),
-        t(addon.fromArray('i32', [n], Int32Array.from(p, (x) => x.topK))),
-        t(addon.fromArray('f32', [n], Float32Array.from(p, (x) => x.topP))),
-        t(addon.fromArray('i64', [n], BigInt64Array.from(entries, (e) => e.seq.seed))),
-        t(addon.fromArray('i32', [n], Int32Array.from(entries, (e) => e.seq.outputIds.length))),
+        t(addon.fromArray('f32', [n], Float32Array.from(p, (x) => x.temperature), device)),
+        t(addon.fromArray('i32', [n], Int32Array.from(p, (x) => x.topK), device)),
+        t(addon.fromArray('f32', [n], Float32Array.from(p, (x) => x.topP), device)),
+        t(addon.fromArray('i64', [n], BigInt64Array.from(entries, (e) => e.seq.seed), device)),
+        t(addon.fromArray('i32', [n], Int32Array.from(entries, (e) => e.seq.outputIds.length), device)),
       );
       const chosen = ids.toArray() as Int32Array;
       const k = Math.max(-1, ...p.map((x) => x.logprobs ?? -1));
       if (k < 0) return Array.from(chosen, (tokenId) => ({ tokenId }));
-      const lp = t(addon.empty('f32', [n])), topIds = t(addon.empty('i32', [n, k])), topLp = t(addon.empty('f32', [n, k]));
+      const lp = t(addon.empty('f32', [n], device)), topIds = t(addon.empty('i32', [n, k], device)), topLp = t(addon.empty('f32', [n, k], device));
       addon.logprobs(lp, topIds, topLp, logits, ids);
       const lpa = lp.toArray() as Float32Array, tia = topIds.toArray() as Int32Array, tla = topLp.toArray() as Float32Array;
       return Array.from(chosen, (tokenId, r) => {

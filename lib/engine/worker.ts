@@ -3,7 +3,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 
 import { addon } from '../addon/index.js';
-import { loadModel } from '../models/index.js';
+import { CPU, cudaPlacement, loadModel, type Placement } from '../models/index.js';
 import { Engine, EngineError } from './engine.js';
 import { engineLimits } from './options.js';
 import type { FromEngine, ToEngine, WorkerInit } from './protocol.js';
@@ -11,23 +11,23 @@ import type { FromEngine, ToEngine, WorkerInit } from './protocol.js';
 const port = parentPort!;
 const send = (m: FromEngine): void => port.postMessage(m);
 
-function pickDevice(want: WorkerInit['device']): 'cpu' {
-  if (want === 'cpu') return 'cpu';
+/** device auto: cuda when a GPU is usable, else the cpu backend with a one-line notice. */
+function pickPlacement(init: WorkerInit): Placement {
   const cuda = addon.cudaDevices();
-  if (want === 'cuda') {
-    throw new Error(cuda.count > 0
-      ? 'device: cuda — this build runs models on the cpu backend only for now'
-      : `device: cuda, but no CUDA device is usable: ${cuda.error ?? 'none found'}`);
-  }
-  send({ type: 'progress', message: `no usable CUDA backend (${cuda.count > 0 ? 'CUDA model path not built yet' : cuda.error}); using the cpu backend` });
-  return 'cpu';
+  if (init.device === 'cpu') return CPU;
+  if (cuda.count > 0) return cudaPlacement(init.dtype === 'f32' ? 'f32' : 'bf16');
+  if (init.device === 'cuda') throw new Error(`device: cuda, but no CUDA device is usable: ${cuda.error ?? 'none found'}`);
+  send({ type: 'progress', message: `no usable CUDA device (${cuda.error ?? 'none found'}); using the cpu backend` });
+  return CPU;
 }
 
 function start(init: WorkerInit): Engine {
-  pickDevice(init.device);
+  const placement = pickPlacement(init);
   let lastPct = -1;
   const model = loadModel(init.model, {
+    // On the cpu, dtype only sets how weights are stored; compute is f32 whatever it says.
     dtype: init.dtype,
+    placement,
     onProgress: (p) => {
       const pct = Math.floor((100 * p.loaded) / p.total);
       if (pct >= lastPct + 10 || p.loaded === p.total) {
@@ -36,8 +36,8 @@ function start(init: WorkerInit): Engine {
       }
     },
   });
-  const limits = engineLimits(model.config, init);
-  send({ type: 'progress', message: `KV cache: ${limits.numBlocks} blocks of ${limits.blockSize} tokens` });
+  const limits = engineLimits(model.config, init, placement);
+  send({ type: 'progress', message: `${placement.device} backend; KV cache: ${limits.numBlocks} blocks of ${limits.blockSize} tokens (${placement.kv})` });
   const engine = new Engine(model, limits);
   for (const a of init.lora?.adapters ?? []) {
     engine.loadAdapter(a.name, a.path);

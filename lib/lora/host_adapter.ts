@@ -25,7 +25,9 @@ export class HostAdapter {
         const t = readEntry(copy.entry);
         owned.push(t);
         const w = base.get(copy.engine)!;
-        const same = t.shape.join() === w.shape.join() && addon.maxAbsDiff(t, w) === 0;
+        const onDevice = t.device === w.device ? t : t.to(w.device);
+        const same = t.shape.join() === w.shape.join() && addon.maxAbsDiff(onDevice, w) === 0;
+        if (onDevice !== t) onDevice.dispose();
         if (!same) {
           throw new AdapterError(`adapter ${adapter.name}: ${copy.entry.file}: ${copy.entry.key} is a full copy of ${copy.engine} that differs from the base model's; adapters that retrain ${copy.engine} are not supported`);
         }

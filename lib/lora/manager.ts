@@ -47,7 +47,7 @@ export class LoraManager {
   constructor(private readonly model: Model, readonly options: LoraOptions) {
     this.limits = { maxRank: options.maxRank, targets: new Set(options.targets) };
     this.table = new SlotTable(options.slots);
-    this.weights = new SlotWeights(model.config, options.slots + 1, options.maxRank, this.limits.targets);
+    this.weights = new SlotWeights(model.config, options.slots + 1, options.maxRank, this.limits.targets, model.placement);
   }
 
   /** Reads and checks an adapter; on any error nothing changes. */

@@ -8,6 +8,7 @@ import { rulesFor } from '../checkpoint/families/index.js';
 import { engineWeights } from '../checkpoint/rules.js';
 import { moduleName } from './adapter.js';
 import type { HostAdapter } from './host_adapter.js';
+import { CPU, type Placement } from '../models/placement.js';
 
 export interface LoraTarget {
   name: string;
@@ -23,7 +24,11 @@ export class SlotWeights {
   readonly targets = new Map<string, LoraTarget>();
 
   /** `targets`: HF module names; a fused weight gets slots if any of its parts is a target. */
-  constructor(readonly config: ModelConfig, readonly numSlots: number, readonly rank: number, targets: ReadonlySet<string>) {
+  constructor(
+    readonly config: ModelConfig, readonly numSlots: number, readonly rank: number, targets: ReadonlySet<string>,
+    readonly placement: Placement = CPU,
+  ) {
+    const { act, device } = placement;
     for (const w of engineWeights(config, rulesFor(config.family))) {
       if (w.rule.kind === 'norm' || !w.parts.some((p) => targets.has(moduleName(p.hf)))) continue;
       const embedding = w.rule.kind === 'embedding';
@@ -32,14 +37,14 @@ export class SlotWeights {
       const out = embedding ? cols : rows;
       this.targets.set(w.name, {
         name: w.name, embedding, sliceOffsets: offsets,
-        sliceStarts: addon.fromArray('i32', [offsets.length + 1], Int32Array.from([...offsets, rows])),
-        a: addon.zeros('f32', embedding ? [numSlots, rows, rank] : [numSlots, offsets.length * rank, cols]),
-        b: addon.zeros('f32', [numSlots, out, rank]),
+        sliceStarts: addon.fromArray('i32', [offsets.length + 1], Int32Array.from([...offsets, rows]), device),
+        a: addon.zeros(act, embedding ? [numSlots, rows, rank] : [numSlots, offsets.length * rank, cols], device),
+        b: addon.zeros(act, [numSlots, out, rank], device),
       });
       if (embedding) {
         // An embedding's delta covers the whole hidden vector: one slice.
         this.targets.get(w.name)!.sliceStarts.dispose();
-        this.targets.get(w.name)!.sliceStarts = addon.fromArray('i32', [2], Int32Array.from([0, cols]));
+        this.targets.get(w.name)!.sliceStarts = addon.fromArray('i32', [2], Int32Array.from([0, cols]), device);
       }
     }
   }
@@ -47,7 +52,11 @@ export class SlotWeights {
   /** Copies an adapter into a slot (everything it does not target is zero). */
   load(slot: number, host: HostAdapter): void {
     this.clear(slot);
-    for (const { module: m, a, b } of host.modules) {
+    const device = this.placement.device;
+    for (const { module: m, a: hostA, b: hostB } of host.modules) {
+      // The host cache stays in host memory; each load copies it over (a no-op view on the CPU).
+      const a = device === 'cpu' ? hostA : hostA.to(device);
+      const b = device === 'cpu' ? hostB : hostB.to(device);
       const t = this.targets.get(m.location.engine)!;
       const aSlot = slice(t.a, slot), bSlot = slice(t.b, slot);
       if (t.embedding) {
@@ -60,6 +69,8 @@ export class SlotWeights {
       }
       aSlot.dispose();
       bSlot.dispose();
+      if (a !== hostA) a.dispose();
+      if (b !== hostB) b.dispose();
     }
   }
 

@@ -5,26 +5,32 @@ import { readModelConfig, type ModelConfig, type ModelFamily } from '../checkpoi
 import { planWeights } from '../checkpoint/plan.js';
 import { LlamaModel } from './llama.js';
 import { Qwen3Model } from './qwen3.js';
+import { CPU, type Placement } from './placement.js';
 import { loadWeights, type LoadProgress, type Weights } from './weights.js';
 
 export type Model = LlamaModel;
 
-const FAMILIES: Record<ModelFamily, new (c: ModelConfig, w: Weights) => Model> = {
+const FAMILIES: Record<ModelFamily, new (c: ModelConfig, w: Weights, p: Placement) => Model> = {
   llama: LlamaModel,
   qwen3: Qwen3Model,
 };
 
 export interface LoadOptions {
+  /** Weight storage type; by default each weight keeps its checkpoint dtype. */
   dtype?: FloatDType;
+  placement?: Placement;
   onProgress?: (p: LoadProgress) => void;
 }
 
 export function loadModel(dir: string, options: LoadOptions = {}): Model {
   const config = readModelConfig(dir);
   const plans = planWeights(config, openCheckpoint(dir));
-  return new FAMILIES[config.family](config, loadWeights(plans, options));
+  const placement = options.placement ?? CPU;
+  const weights = loadWeights(plans, { dtype: options.dtype, device: placement.device, onProgress: options.onProgress });
+  return new FAMILIES[config.family](config, weights, placement);
 }
 
 export { KvCache } from './kv_cache.js';
 export { stepTensors, type StepInput, type StepTensors } from './step.js';
 export type { LoadProgress } from './weights.js';
+export { CPU, cudaPlacement, type Placement } from './placement.js';

@@ -4,6 +4,7 @@ import { addon, type Tensor } from '../addon/index.js';
 import type { ModelConfig } from '../checkpoint/config.js';
 import type { LoraTarget, SlotWeights } from '../lora/slot_weights.js';
 import type { KvCache } from './kv_cache.js';
+import { CPU, type Placement } from './placement.js';
 import { ropeInvFreq } from './rope.js';
 import type { StepTensors } from './step.js';
 import type { Weights } from './weights.js';
@@ -14,9 +15,9 @@ export class LlamaModel {
   /** The adapter pool's slot weights, when LoRA is on; rows then add their slot's delta. */
   lora?: SlotWeights;
 
-  constructor(readonly config: ModelConfig, readonly weights: Weights) {
+  constructor(readonly config: ModelConfig, readonly weights: Weights, readonly placement: Placement = CPU) {
     const { invFreq } = ropeInvFreq(config.rope, config.headDim);
-    this.invFreq = addon.fromArray('f32', [invFreq.length], invFreq);
+    this.invFreq = addon.fromArray('f32', [invFreq.length], invFreq, placement.device);
     this.scale = 1 / Math.sqrt(config.headDim);
   }
 
@@ -38,17 +39,18 @@ export class LlamaModel {
     const c = this.config;
     const n = step.numTokens;
     const H = c.numHeads, K = c.numKvHeads, hd = c.headDim;
-    const f32 = (...shape: number[]) => addon.empty('f32', shape);
-    const residual = f32(n, c.hiddenSize);
-    const x = f32(n, c.hiddenSize);
-    const qkv = f32(n, (H + 2 * K) * hd);
-    const attn = f32(n, H * hd);
-    const delta = f32(n, c.hiddenSize);
-    const gateUp = f32(n, 2 * c.intermediateSize);
-    const act = f32(n, c.intermediateSize);
+    const { act: dtype, device } = this.placement;
+    const buffer = (...shape: number[]) => addon.empty(dtype, shape, device);
+    const residual = buffer(n, c.hiddenSize);
+    const x = buffer(n, c.hiddenSize);
+    const qkv = buffer(n, (H + 2 * K) * hd);
+    const attn = buffer(n, H * hd);
+    const delta = buffer(n, c.hiddenSize);
+    const gateUp = buffer(n, 2 * c.intermediateSize);
+    const act = buffer(n, c.intermediateSize);
     const rows = step.logitRows.shape[0];
-    const last = f32(rows, c.hiddenSize);
-    const logits = f32(rows, c.vocabSize);
+    const last = buffer(rows, c.hiddenSize);
+    const logits = buffer(rows, c.vocabSize);
 
     addon.embedding(residual, this.w('embed'), step.tokens);
     const lora = step.lora && this.lora ? { plan: step.lora, weights: this.lora } : undefined;
@@ -89,7 +91,7 @@ export class LlamaModel {
     if (!t) return;
     const [slots, vocab, rank] = t.a.shape;
     const table = t.a.view([slots * vocab, rank]);
-    const shrunk = addon.empty('f32', [plan.embedRows.shape[0], rank]);
+    const shrunk = addon.empty(this.placement.act, [plan.embedRows.shape[0], rank], this.placement.device);
     addon.gatherRows(shrunk, table, plan.embedRows);
     addon.loraExpand(residual, shrunk, t.b, plan.rowSlots, t.sliceStarts);
     shrunk.dispose();
@@ -104,7 +106,7 @@ export class LlamaModel {
 
 /** out += (input · Aᵀ) · Bᵀ per row, with each row's slot. */
 function applyLora(out: Tensor, input: Tensor, t: LoraTarget, slots: Tensor): void {
-  const shrunk = addon.empty('f32', [input.shape[0], t.b.shape[2] * t.sliceOffsets.length]);
+  const shrunk = addon.empty(input.dtype, [input.shape[0], t.b.shape[2] * t.sliceOffsets.length], input.device);
   addon.loraShrink(shrunk, input, t.a, slots);
   addon.loraExpand(out, shrunk, t.b, slots, t.sliceStarts);
   shrunk.dispose();

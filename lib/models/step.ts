@@ -1,6 +1,6 @@
 // What one forward step runs: the new tokens of every scheduled sequence, where their
 // keys and values go in the paged cache, and which rows need logits.
-import { addon, type Tensor } from '../addon/index.js';
+import { addon, type DeviceName, type Tensor } from '../addon/index.js';
 
 export interface StepInput {
   /** New tokens of all sequences, concatenated. */
@@ -46,21 +46,22 @@ export interface StepTensors {
   dispose(): void;
 }
 
-export function stepTensors(s: StepInput): StepTensors {
+export function stepTensors(s: StepInput, device: DeviceName = 'cpu'): StepTensors {
   const seqs = s.contextLens.length;
+  const i32 = (shape: number[], data: Int32Array) => addon.fromArray('i32', shape, data, device);
   const all = {
-    tokens: addon.fromArray('i32', [s.tokens.length], s.tokens),
-    positions: addon.fromArray('i32', [s.positions.length], s.positions),
-    slots: addon.fromArray('i32', [s.slots.length], s.slots),
-    queryStarts: addon.fromArray('i32', [seqs + 1], s.queryStarts),
-    contextLens: addon.fromArray('i32', [seqs], s.contextLens),
-    blockTables: addon.fromArray('i32', [seqs, s.maxBlocks], s.blockTables),
-    logitRows: addon.fromArray('i32', [s.logitRows.length], s.logitRows),
+    tokens: i32([s.tokens.length], s.tokens),
+    positions: i32([s.positions.length], s.positions),
+    slots: i32([s.slots.length], s.slots),
+    queryStarts: i32([seqs + 1], s.queryStarts),
+    contextLens: i32([seqs], s.contextLens),
+    blockTables: i32([seqs, s.maxBlocks], s.blockTables),
+    logitRows: i32([s.logitRows.length], s.logitRows),
   };
   const lora = s.lora && {
-    rowSlots: addon.fromArray('i32', [s.lora.rowSlots.length], s.lora.rowSlots),
-    logitSlots: addon.fromArray('i32', [s.lora.logitSlots.length], s.lora.logitSlots),
-    embedRows: addon.fromArray('i32', [s.lora.embedRows.length], s.lora.embedRows),
+    rowSlots: i32([s.lora.rowSlots.length], s.lora.rowSlots),
+    logitSlots: i32([s.lora.logitSlots.length], s.lora.logitSlots),
+    embedRows: i32([s.lora.embedRows.length], s.lora.embedRows),
   };
   return {
     ...all,

@@ -1,6 +1,6 @@
 // Builds the engine's weights from a checkpoint plan: the addon reads each tensor's bytes
 // straight from its file into its rows of the (fused) engine weight.
-import { addon, type FloatDType, type Tensor } from '../addon/index.js';
+import { addon, type DeviceName, type FloatDType, type Tensor } from '../addon/index.js';
 import type { WeightPlan } from '../checkpoint/plan.js';
 import type { SafetensorsDtype } from '../checkpoint/dtype.js';
 import { CheckpointError } from '../checkpoint/errors.js';
@@ -22,7 +22,7 @@ const FILE_DTYPE: Partial<Record<SafetensorsDtype, FloatDType>> = { BF16: 'bf16'
  */
 export function loadWeights(
   plans: readonly WeightPlan[],
-  options: { dtype?: FloatDType; onProgress?: (p: LoadProgress) => void } = {},
+  options: { dtype?: FloatDType; device?: DeviceName; onProgress?: (p: LoadProgress) => void } = {},
 ): Map<string, Tensor> {
   const weights = new Map<string, Tensor>();
   let bytes = 0;
@@ -31,7 +31,7 @@ export function loadWeights(
       if (plan.tiedTo !== undefined) {
         weights.set(plan.name, weights.get(plan.tiedTo)!);
       } else {
-        const t = addon.empty(options.dtype ?? plan.dtype, [...plan.shape]);
+        const t = addon.empty(options.dtype ?? plan.dtype, [...plan.shape], options.device);
         weights.set(plan.name, t);
         const cols = plan.shape.length > 1 ? plan.shape[1] : 1;
         for (const s of plan.sources) {
