@@ -58,19 +58,21 @@ int smCount() {
   return gSmCount;
 }
 
+// Tensors come from the stream-ordered pool: every op runs on the one stream, so a free
+// is ordered after the last kernel that used the memory and needs no device-wide wait
+// (cudaFree would synchronise the device at every disposed activation).
 void* alloc(size_t bytes) {
-  stream();
+  cudaStream_t s = stream();
   void* p = nullptr;
   // Round up like the CPU storage; a zero-size tensor still gets a valid pointer.
-  check(cudaMalloc(&p, bytes == 0 ? 256 : (bytes + 255) / 256 * 256), "cudaMalloc");
+  check(cudaMallocAsync(&p, bytes == 0 ? 256 : (bytes + 255) / 256 * 256, s), "cudaMallocAsync");
   return p;
 }
 
 void release(void* p) noexcept {
   if (!p) return;
-  // cudaFree waits for the device. At process exit the runtime may be gone already;
-  // there is nothing to do about an error here.
-  if (cudaFree(p) != cudaSuccess) cudaGetLastError();
+  // At process exit the runtime may be gone already; there is nothing to do about an error.
+  if (cudaFreeAsync(p, gStream) != cudaSuccess) cudaGetLastError();
 }
 
 void memsetAsync(void* p, int value, size_t bytes) {
