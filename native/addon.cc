@@ -4,6 +4,7 @@
 #include "cublaslt.h"
 #include "file_read.h"
 #include "gpu.h"
+#include "graph.h"
 #include "ops.h"
 #include "tensor.h"
 #include "thread_pool.h"
@@ -17,6 +18,8 @@ Napi::Value BuildInfo(const Napi::CallbackInfo& info) {
   Napi::Object o = Napi::Object::New(env);
 #ifdef MSTAR_WITH_CUDA
   o["cuda"] = true;
+  o["cudaVersion"] = MSTAR_CUDA_VERSION;              // nvcc's, e.g. "13.0.88"
+  o["cudaArchitectures"] = MSTAR_CUDA_ARCHITECTURES;  // CMake's list, comma-separated
 #else
   o["cuda"] = false;
 #endif
@@ -70,12 +73,14 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports["zeros"] = Napi::Function::New<Zeros>(env, "zeros");
   exports["fromArray"] = Napi::Function::New<FromArray>(env, "fromArray");
   exports["readInto"] = Napi::Function::New<ReadInto>(env, "readInto");
+  exports["readIntoAsync"] = Napi::Function::New<ReadIntoAsync>(env, "readIntoAsync");
   exports["buildInfo"] = Napi::Function::New<BuildInfo>(env, "buildInfo");
   exports["cudaDevices"] = Napi::Function::New<CudaDevices>(env, "cudaDevices");
   exports["cudaLibraries"] = Napi::Function::New<CudaLibraries>(env, "cudaLibraries");
   exports["synchronize"] = Napi::Function::New<Synchronize>(env, "synchronize");
   RegisterOps(env, exports);
   RegisterLoraOps(env, exports);
+  RegisterGraph(env, exports);
   return exports;
 }
 

@@ -35,9 +35,22 @@ void preadAll(int fd, char* dst, size_t n, off_t offset, const std::string& path
 
 }  // namespace
 
-Napi::Value ReadInto(const Napi::CallbackInfo& info) {
+namespace {
+
+// One readInto call's arguments, checked.
+struct ReadArgs {
+  Tensor* dst;
+  int64_t dstOffset;
+  std::string path;
+  int64_t fileOffset;
+  DType src;
+  int64_t count;
+};
+
+ReadArgs parseRead(const Napi::CallbackInfo& info, const char* op) {
   Napi::Env env = info.Env();
-  Tensor& dst = Tensor::From(info[0], "readInto: dst");
+  std::string name = std::string(op) + ": dst";
+  Tensor& dst = Tensor::From(info[0], name.c_str());
   int64_t dstOffset = info[1].As<Napi::Number>().Int64Value();
   std::string path = info[2].ToString().Utf8Value();
   int64_t fileOffset = info[3].As<Napi::Number>().Int64Value();
@@ -45,15 +58,90 @@ Napi::Value ReadInto(const Napi::CallbackInfo& info) {
   try {
     src = parseDType(info[4].ToString().Utf8Value());
   } catch (const std::invalid_argument& e) {
-    throw Napi::TypeError::New(env, std::string("readInto: ") + e.what());
+    throw Napi::TypeError::New(env, std::string(op) + ": " + e.what());
   }
   int64_t count = info[5].As<Napi::Number>().Int64Value();
   if (dstOffset < 0 || count < 0 || dstOffset + count > dst.numel())
-    throw Napi::RangeError::New(env, "readInto: elements [" + std::to_string(dstOffset) + ", " +
+    throw Napi::RangeError::New(env, std::string(op) + ": elements [" + std::to_string(dstOffset) + ", " +
                                          std::to_string(dstOffset + count) + ") do not fit in " + dst.describe());
   if (isFloat(src) != isFloat(dst.dtype()) || (!isFloat(src) && src != dst.dtype()))
-    throw Napi::TypeError::New(env, std::string("readInto: cannot store ") + dtypeName(src) + " data in a " +
+    throw Napi::TypeError::New(env, std::string(op) + ": cannot store " + dtypeName(src) + " data in a " +
                                         dtypeName(dst.dtype()) + " tensor");
+  return {&dst, dstOffset, path, fileOffset, src, count};
+}
+
+// Reads into host memory; throws std::runtime_error naming the file.
+void readToHost(char* out, DType dstType, int fd, const std::string& path, int64_t fileOffset, DType src, int64_t count) {
+  size_t srcSize = dtypeSize(src), dstSize = dtypeSize(dstType);
+  if (src == dstType) {
+    preadAll(fd, out, size_t(count) * srcSize, off_t(fileOffset), path);
+    return;
+  }
+  // Convert through a bounded staging buffer so huge tensors need no second full copy.
+  const size_t chunk = (size_t(8) << 20) / std::max(srcSize, dstSize);
+  std::vector<char> staging(std::min<size_t>(chunk, size_t(count)) * srcSize);
+  for (int64_t done = 0; done < count;) {
+    size_t n = std::min<size_t>(chunk, size_t(count - done));
+    preadAll(fd, staging.data(), n * srcSize, off_t(fileOffset + done * int64_t(srcSize)), path);
+    convertFloats(out + size_t(done) * dstSize, dstType, staging.data(), src, n);
+    done += int64_t(n);
+  }
+}
+
+// readIntoAsync's work on the libuv pool: the tensor's storage is held until it is done.
+class ReadWorker : public Napi::AsyncWorker {
+ public:
+  ReadWorker(Napi::Env env, const ReadArgs& a)
+      : Napi::AsyncWorker(env), deferred_(Napi::Promise::Deferred::New(env)), storage_(a.dst->storage()),
+        out_(static_cast<char*>(a.dst->data()) + size_t(a.dstOffset) * dtypeSize(a.dst->dtype())),
+        dstType_(a.dst->dtype()), path_(a.path), fileOffset_(a.fileOffset), src_(a.src), count_(a.count) {}
+
+  Napi::Promise promise() { return deferred_.Promise(); }
+
+  void Execute() override {
+    Fd fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
+    if (fd.fd < 0) return SetError(path_ + ": cannot open: " + std::strerror(errno));
+    try {
+      readToHost(out_, dstType_, fd.fd, path_, fileOffset_, src_, count_);
+    } catch (const std::runtime_error& e) {
+      SetError(e.what());
+    }
+  }
+  void OnOK() override { deferred_.Resolve(Env().Undefined()); }
+  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
+
+ private:
+  Napi::Promise::Deferred deferred_;
+  std::shared_ptr<Storage> storage_;
+  char* out_;
+  DType dstType_;
+  std::string path_;
+  int64_t fileOffset_;
+  DType src_;
+  int64_t count_;
+};
+
+}  // namespace
+
+// readIntoAsync(...readInto's arguments): the same read on a libuv thread, into a host
+// tensor; resolves when the bytes are in place. Adapters load this way so a disk read never
+// stalls the engine's steps.
+Napi::Value ReadIntoAsync(const Napi::CallbackInfo& info) {
+  ReadArgs a = parseRead(info, "readIntoAsync");
+  if (a.dst->device() != Device::CPU) throw Napi::TypeError::New(info.Env(), "readIntoAsync: dst must be a cpu tensor");
+  auto* w = new ReadWorker(info.Env(), a);
+  Napi::Promise p = w->promise();
+  w->Queue();
+  return p;
+}
+
+Napi::Value ReadInto(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  ReadArgs a = parseRead(info, "readInto");
+  Tensor& dst = *a.dst;
+  const std::string& path = a.path;
+  int64_t fileOffset = a.fileOffset, count = a.count, dstOffset = a.dstOffset;
+  DType src = a.src;
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.fd < 0) throw Napi::Error::New(env, path + ": cannot open: " + std::strerror(errno));
 
@@ -79,16 +167,8 @@ Napi::Value ReadInto(const Napi::CallbackInfo& info) {
         up.send(out + size_t(done) * dstSize, n * dstSize);
         done += int64_t(n);
       }
-    } else if (src == dst.dtype()) {
-      preadAll(fd.fd, out, size_t(count) * srcSize, off_t(fileOffset), path);
     } else {
-      std::vector<char> staging(std::min<size_t>(chunk, size_t(count)) * srcSize);
-      for (int64_t done = 0; done < count;) {
-        size_t n = std::min<size_t>(chunk, size_t(count - done));
-        preadAll(fd.fd, staging.data(), n * srcSize, off_t(fileOffset + done * int64_t(srcSize)), path);
-        convertFloats(out + size_t(done) * dstSize, dst.dtype(), staging.data(), src, n);
-        done += int64_t(n);
-      }
+      readToHost(out, dst.dtype(), fd.fd, path, fileOffset, src, count);
     }
   } catch (const gpu::Error& e) {
     throw Napi::Error::New(env, std::string("readInto: ") + e.what());

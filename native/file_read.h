@@ -8,5 +8,7 @@ namespace mstar {
 // elements of `srcDtype` at `fileOffset` of `path` and stores them, converted to dst's
 // dtype, from element `dstElementOffset` of `dst` on.
 Napi::Value ReadInto(const Napi::CallbackInfo& info);
+// readIntoAsync: the same read into a cpu tensor on a libuv thread; returns a Promise.
+Napi::Value ReadIntoAsync(const Napi::CallbackInfo& info);
 
 }  // namespace mstar

@@ -23,6 +23,8 @@ class Tensor : public Napi::ObjectWrap<Tensor> {
   explicit Tensor(const Napi::CallbackInfo& info);
 
   bool disposed() const { return !storage_; }
+  // Shared ownership of the memory, for work that outlives this call (async reads).
+  std::shared_ptr<Storage> storage() const { return storage_; }
   DType dtype() const { return dtype_; }
   const std::vector<int64_t>& shape() const { return shape_; }
   int64_t dim(size_t i) const { return shape_[i]; }
@@ -49,6 +51,7 @@ class Tensor : public Napi::ObjectWrap<Tensor> {
   Napi::Value Narrow(const Napi::CallbackInfo& info);
   Napi::Value ToArray(const Napi::CallbackInfo& info);
   Napi::Value CopyFrom(const Napi::CallbackInfo& info);
+  Napi::Value CopyFromAsync(const Napi::CallbackInfo& info);
   Napi::Value To(const Napi::CallbackInfo& info);
   void requireLive(Napi::Env env) const;
 };

@@ -24,13 +24,33 @@ export interface Tensor {
   toArray(): Float32Array | Int32Array | BigInt64Array;
   /** Overwrites the elements (Float32Array fills any float dtype). */
   copyFrom(data: Float32Array | Int32Array | BigInt64Array | Uint16Array): Tensor;
+  /**
+   * As copyFrom, but on cuda it returns at once: the elements go through a pinned buffer of
+   * this tensor's storage and reach the device in stream order (ops enqueued later see them).
+   * The pinned buffer is reused only after its previous copy ran. Synchronous on the cpu.
+   */
+  copyFromAsync(data: Float32Array | Int32Array | BigInt64Array | Uint16Array): Tensor;
   /** A contiguous copy on `device` (also when it is this tensor's device). */
   to(device: DeviceName): Tensor;
+}
+
+/** A captured CUDA graph: the ops one call enqueued, replayed on the same tensors. */
+export interface Graph {
+  readonly disposed: boolean;
+  /** Nodes of the captured graph (kernels, copies, memsets, scratch allocations). */
+  readonly nodes: number;
+  /** Launches the graph on the stream; returns at once. */
+  replay(): void;
+  dispose(): void;
 }
 
 export interface BuildInfo {
   cuda: boolean;
   cpuThreads: number;
+  /** nvcc's version when cuda is true, e.g. "13.0.88": the driver must support this CUDA. */
+  cudaVersion?: string;
+  /** CMake's CUDA architectures when cuda is true, comma-separated: "80-real,90a-real,80-virtual". */
+  cudaArchitectures?: string;
 }
 
 /** Libraries the cuda backend loads at run time (asking loads them once). */
@@ -49,12 +69,22 @@ export interface Binding {
   ): Tensor;
   /** Reads `count` elements of `srcDtype` at `fileOffset` of `path` into dst from element `dstOffset`. */
   readInto(dst: Tensor, dstOffset: number, path: string, fileOffset: number, srcDtype: DType, count: number): void;
+  /** readInto on a libuv thread, into a cpu tensor; resolves when the bytes are in place. */
+  readIntoAsync(dst: Tensor, dstOffset: number, path: string, fileOffset: number, srcDtype: DType, count: number): Promise<void>;
   buildInfo(): BuildInfo;
   /** Never throws: {count: 0, error} where CUDA is unusable. */
   cudaDevices(): { count: number; error?: string };
   cudaLibraries(): CudaLibraries;
   /** Waits for every op enqueued on the cuda stream (a no-op when nothing was). */
   synchronize(): void;
+  /**
+   * Records the ops `fn` enqueues on the cuda stream (nothing runs) into a graph. fn must
+   * only enqueue: anything that waits for the GPU (toArray, copyFrom, copyFromAsync,
+   * synchronize) throws inside it, and a device tensor it allocates must be disposed before
+   * it returns. Every tensor its ops touch must outlive the graph. On any error the capture
+   * is discarded and the error thrown. Throws on a build or machine without CUDA.
+   */
+  captureGraph(fn: () => void): Graph;
 
   embedding(out: Tensor, table: Tensor, ids: Tensor): void;
   rmsNorm(out: Tensor, x: Tensor, w: Tensor, eps: number): void;

@@ -31,6 +31,8 @@ export class Engine {
   private readonly seqs = new Map<string, Sequence>();
   private steps = 0;
   readonly lora?: LoraManager;
+  /** Waiting requests whose adapter could no longer be read from disk: ended next step. */
+  private unreadable: Sequence[] = [];
 
   constructor(readonly model: Model, readonly limits: EngineLimits) {
     const c = model.config;
@@ -45,6 +47,10 @@ export class Engine {
       acquire: (seq: Sequence): boolean => {
         if (seq.adapterKey === null) return true;
         const slot = lora.acquire(seq.adapterKey);
+        if (slot === 'failed') {
+          this.unreadable.push(seq);
+          return false;
+        }
         if (slot === null) return false;
         seq.slot = slot;
         return true;
@@ -95,10 +101,10 @@ export class Engine {
 
   step(): RequestOutput[] {
     const batch = this.scheduler.schedule();
-    if (batch.length === 0) return [];
+    const outputs: RequestOutput[] = this.endUnreadable();
+    if (batch.length === 0) return outputs;
     const sampled = this.runner.run(batch);
     this.steps++;
-    const outputs: RequestOutput[] = [];
     let i = 0;
     for (const e of batch) {
       e.seq.numComputed = e.start + e.count;
@@ -154,10 +160,21 @@ export class Engine {
     if (seq.adapterKey !== null) this.lora!.unretain(seq.adapterKey);
   }
 
-  /** Registers a PEFT adapter under `name`; throws AdapterError, changing nothing, if refused. */
-  loadAdapter(name: string, path: string): void {
+  /** Registers a PEFT adapter under `name`; rejects with AdapterError, changing nothing, if refused. */
+  async loadAdapter(name: string, path: string): Promise<void> {
     if (!this.lora) throw new EngineError('LoRA is not enabled (add resources.lora to the config)');
-    this.lora.register(name, path);
+    await this.lora.register(name, path);
+  }
+
+  /** Ends the requests whose adapter could not be read back (the file went away). */
+  private endUnreadable(): RequestOutput[] {
+    const seqs = [...new Set(this.unreadable)].filter((s) => this.seqs.has(s.id));
+    this.unreadable = [];
+    return seqs.map((seq) => {
+      console.error(`mstar: ${this.lora!.failure(seq.adapterKey!)}; request ${seq.id} ended`);
+      this.finish(seq);
+      return this.output(seq, [], undefined, 'abort');
+    });
   }
 
   /** New requests can no longer name it; queued and running ones finish on it first. */

@@ -21,7 +21,7 @@ function pickPlacement(init: WorkerInit): Placement {
   return CPU;
 }
 
-function start(init: WorkerInit): Engine {
+async function start(init: WorkerInit): Promise<Engine> {
   const placement = pickPlacement(init);
   let lastPct = -1;
   const model = loadModel(init.model, {
@@ -40,7 +40,7 @@ function start(init: WorkerInit): Engine {
   send({ type: 'progress', message: `${placement.device} backend; KV cache: ${limits.numBlocks} blocks of ${limits.blockSize} tokens (${placement.kv})` });
   const engine = new Engine(model, limits);
   for (const a of init.lora?.adapters ?? []) {
-    engine.loadAdapter(a.name, a.path);
+    await engine.loadAdapter(a.name, a.path);
     send({ type: 'progress', message: `adapter ${a.name} loaded from ${a.path}` });
   }
   return engine;
@@ -50,7 +50,7 @@ const adapters = () => engine.lora?.list() ?? [];
 
 let engine: Engine;
 try {
-  engine = start(workerData as WorkerInit);
+  engine = await start(workerData as WorkerInit);
   send({ type: 'ready', info: engine.info, stats: engine.stats(), adapters: adapters() });
 } catch (e) {
   send({ type: 'fatal', message: (e as Error).message });
@@ -63,14 +63,18 @@ function loop(): void {
     stepping = false;
     return;
   }
+  const stepsBefore = engine.stats().steps;
   try {
     const outputs = engine.step();
-    send({ type: 'outputs', outputs, stats: engine.stats() });
+    if (outputs.length > 0 || engine.stats().steps !== stepsBefore) send({ type: 'outputs', outputs, stats: engine.stats() });
   } catch (e) {
     send({ type: 'fatal', message: `engine step failed: ${(e as Error).stack ?? e}` });
     process.exit(1);
   }
-  setImmediate(loop);
+  // Nothing could run (every waiting request waits for an adapter coming off the disk):
+  // poll gently instead of spinning.
+  if (engine.stats().steps === stepsBefore) setTimeout(loop, 1);
+  else setImmediate(loop);
 }
 
 port.on('message', (m: ToEngine) => {
@@ -87,12 +91,10 @@ port.on('message', (m: ToEngine) => {
       setImmediate(loop);
     }
   } else if (m.type === 'loadAdapter') {
-    try {
-      engine.loadAdapter(m.name, m.path);
-      send({ type: 'adapterResult', call: m.call, adapters: adapters(), found: true });
-    } catch (e) {
-      send({ type: 'adapterResult', call: m.call, error: (e as Error).message, adapters: adapters() });
-    }
+    engine.loadAdapter(m.name, m.path).then(
+      () => send({ type: 'adapterResult', call: m.call, adapters: adapters(), found: true }),
+      (e: Error) => send({ type: 'adapterResult', call: m.call, error: e.message, adapters: adapters() }),
+    );
   } else if (m.type === 'unloadAdapter') {
     const found = engine.unloadAdapter(m.name);
     send({ type: 'adapterResult', call: m.call, found, adapters: adapters() });

@@ -1,5 +1,6 @@
 // An adapter read into host memory (the host cache): its A and B tensors as stored in the
-// file, ready to be copied into any slot without touching the disk again.
+// file, ready to be copied into any slot without touching the disk again. Reads run on
+// libuv threads, so the engine keeps stepping while an adapter comes off the disk.
 import { addon, type FloatDType, type Tensor } from '../addon/index.js';
 import type { TensorEntry } from '../checkpoint/safetensors.js';
 import type { Weights } from '../models/weights.js';
@@ -18,12 +19,17 @@ export class HostAdapter {
   private constructor(readonly adapter: Adapter, readonly modules: HostModule[], readonly bytes: number) {}
 
   /** Reads every A and B; checks PEFT's saved base copies against the served base weights. */
-  static read(adapter: Adapter, base: Weights): HostAdapter {
+  static async read(adapter: Adapter, base: Weights): Promise<HostAdapter> {
     const owned: Tensor[] = [];
+    const read = (e: TensorEntry): Promise<Tensor> => {
+      const t = addon.empty(DTYPE[e.dtype], [...e.shape]);
+      owned.push(t);
+      return addon.readIntoAsync(t, 0, e.file, e.offset, DTYPE[e.dtype], e.nbytes / (e.dtype === 'F32' ? 4 : 2)).then(() => t);
+    };
     try {
-      for (const copy of adapter.baseCopies) {
-        const t = readEntry(copy.entry);
-        owned.push(t);
+      const copies = await Promise.all(adapter.baseCopies.map((c) => read(c.entry)));
+      adapter.baseCopies.forEach((copy, i) => {
+        const t = copies[i];
         const w = base.get(copy.engine)!;
         const onDevice = t.device === w.device ? t : t.to(w.device);
         const same = t.shape.join() === w.shape.join() && addon.maxAbsDiff(onDevice, w) === 0;
@@ -31,13 +37,9 @@ export class HostAdapter {
         if (!same) {
           throw new AdapterError(`adapter ${adapter.name}: ${copy.entry.file}: ${copy.entry.key} is a full copy of ${copy.engine} that differs from the base model's; adapters that retrain ${copy.engine} are not supported`);
         }
-      }
-      const modules = adapter.modules.map((m) => {
-        const a = readEntry(m.a), b = readEntry(m.b);
-        owned.push(a, b);
-        return { module: m, a, b };
       });
-      owned.splice(0, adapter.baseCopies.length).forEach((t) => t.dispose());
+      copies.forEach((t) => t.dispose());
+      const modules = await Promise.all(adapter.modules.map(async (m) => ({ module: m, a: await read(m.a), b: await read(m.b) })));
       const bytes = adapter.modules.reduce((n, m) => n + m.a.nbytes + m.b.nbytes, 0);
       return new HostAdapter(adapter, modules, bytes);
     } catch (e) {
@@ -52,11 +54,4 @@ export class HostAdapter {
       m.b.dispose();
     }
   }
-}
-
-function readEntry(e: TensorEntry): Tensor {
-  const dtype = DTYPE[e.dtype];
-  const t = addon.empty(dtype, [...e.shape]);
-  addon.readInto(t, 0, e.file, e.offset, dtype, e.nbytes / (dtype === 'f32' ? 4 : 2));
-  return t;
 }

@@ -40,6 +40,9 @@ export class LoraManager {
   private readonly host = new Map<string, HostAdapter>();  // insertion order = LRU order
   /** Requests (waiting or running) per adapter key: an unloaded adapter stays until they end. */
   private readonly users = new Map<string, number>();
+  /** Keys being read back from disk, and keys whose read-back failed (with why). */
+  private readonly reading = new Set<string>();
+  private readonly failed = new Map<string, string>();
   private generation = 0;
   loads = 0;
   loadSeconds = 0;
@@ -50,10 +53,15 @@ export class LoraManager {
     this.weights = new SlotWeights(model.config, options.slots + 1, options.maxRank, this.limits.targets, model.placement);
   }
 
-  /** Reads and checks an adapter; on any error nothing changes. */
-  register(name: string, path: string): void {
-    if (this.byName.has(name)) throw new AdapterError(`adapter ${name} is already loaded (from ${this.byName.get(name)!.path})`);
-    const host = HostAdapter.read(readAdapter(name, path, this.model.config, this.limits), this.model.weights);
+  /** Reads and checks an adapter (off the engine's thread); on any error nothing changes. */
+  async register(name: string, path: string): Promise<void> {
+    const taken = () => new AdapterError(`adapter ${name} is already loaded (from ${this.byName.get(name)!.path})`);
+    if (this.byName.has(name)) throw taken();
+    const host = await HostAdapter.read(readAdapter(name, path, this.model.config, this.limits), this.model.weights);
+    if (this.byName.has(name)) {  // registered by a concurrent call while this one read
+      host.dispose();
+      throw taken();
+    }
     const reg = { name, path, key: `${name}#${++this.generation}` };
     this.byName.set(name, reg);
     this.byKey.set(reg.key, reg);
@@ -94,6 +102,7 @@ export class LoraManager {
   }
 
   private forget(key: string): void {
+    this.failed.delete(key);
     this.byKey.delete(key);
     this.table.drop(key);
     this.host.get(key)?.dispose();
@@ -108,8 +117,18 @@ export class LoraManager {
     return [...this.byName.values()].map(({ name, path }) => ({ name, path }));
   }
 
-  /** A pinned slot with the adapter in it, or null when the request must wait for one. */
-  acquire(key: string): number | null {
+  /**
+   * A pinned slot with the adapter in it; null when the request must wait (for a slot, or
+   * for the adapter to come back from disk into the host cache); 'failed' when it cannot
+   * be read any more.
+   */
+  acquire(key: string): number | null | 'failed' {
+    if (this.failed.has(key)) return 'failed';
+    const resident = this.table.slotOf(key) !== undefined;
+    if (!resident && !this.host.has(key)) {
+      this.readBack(key);
+      return null;
+    }
     const got = this.table.acquire(key);
     if (!got) return null;
     if (got.load) {
@@ -121,6 +140,11 @@ export class LoraManager {
     return got.slot;
   }
 
+  /** Why an adapter could not be read back, if it could not. */
+  failure(key: string): string | undefined {
+    return this.failed.get(key);
+  }
+
   release(slot: number): void {
     this.table.release(slot);
   }
@@ -129,24 +153,40 @@ export class LoraManager {
     return { registered: this.byName.size, resident: this.table.resident, loads: this.loads, evictions: this.table.evictions, loadSeconds: this.loadSeconds };
   }
 
+  /** The host copy of a key (present: acquire checked), moved to the LRU's young end. */
   private hostAdapter(key: string): HostAdapter {
-    let h = this.host.get(key);
-    if (h) {
-      this.host.delete(key);  // refresh its LRU position
-    } else {
-      const reg = this.byKey.get(key)!;
-      h = HostAdapter.read(readAdapter(reg.name, reg.path, this.model.config, this.limits), this.model.weights);
-    }
+    const h = this.host.get(key)!;
+    this.host.delete(key);
     this.cache(key, h);
     return h;
   }
 
+  /** Starts reading an evicted adapter back from disk (once); acquire succeeds when it lands. */
+  private readBack(key: string): void {
+    if (this.reading.has(key)) return;
+    const reg = this.byKey.get(key)!;
+    this.reading.add(key);
+    HostAdapter.read(readAdapter(reg.name, reg.path, this.model.config, this.limits), this.model.weights).then(
+      (h) => {
+        this.reading.delete(key);
+        if (this.byKey.has(key)) this.cache(key, h);
+        else h.dispose();
+      },
+      (e: Error) => {
+        this.reading.delete(key);
+        this.failed.set(key, `adapter ${reg.name} could not be read back from ${reg.path}: ${e.message}`);
+      },
+    );
+  }
+
   private cache(key: string, h: HostAdapter): void {
     this.host.set(key, h);
-    while (this.host.size > Math.max(1, this.options.hostCache)) {
-      const [oldest, old] = this.host.entries().next().value as [string, HostAdapter];
+    // Oldest first; the one just cached stays (a waiting request is about to take it).
+    for (const [k, old] of this.host) {
+      if (this.host.size <= Math.max(1, this.options.hostCache)) break;
+      if (k === key) continue;
       old.dispose();
-      this.host.delete(oldest);
+      this.host.delete(k);
     }
   }
 }

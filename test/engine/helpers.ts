@@ -40,6 +40,20 @@ export function runAll(e: Engine): Map<string, { tokens: number[]; last: Request
   return out;
 }
 
+/** Steps until idle; each request's tokens and per-step top logprobs (asked with logprobs > 0). */
+export function greedyRuns(e: Engine): Map<string, { ids: number[]; top: [number, number][][] }> {
+  const got = new Map<string, { ids: number[]; top: [number, number][][] }>();
+  while (e.hasWork()) {
+    for (const o of e.step()) {
+      const r = got.get(o.id) ?? { ids: [], top: [] };
+      r.ids.push(...o.newTokenIds);
+      r.top.push(...(o.logprobs ?? []).map((l) => l.top));
+      got.set(o.id, r);
+    }
+  }
+  return got;
+}
+
 /** Deterministic pseudo-random prompts of the given lengths over the model's vocabulary. */
 export function prompts(lengths: number[], vocab = 512, seed = 1): number[][] {
   let s = seed;

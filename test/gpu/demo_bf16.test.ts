@@ -9,7 +9,7 @@ import { Engine } from '../../lib/engine/engine.js';
 import { ALL_TARGETS } from '../../lib/lora/adapter.js';
 import { CPU, cudaPlacement, loadModel, type Placement } from '../../lib/models/index.js';
 import { Tokenizer } from '../../lib/tokenizer/tokenizer.js';
-import { greedy } from '../engine/helpers.js';
+import { greedy, greedyRuns } from '../engine/helpers.js';
 import { compareGreedy } from '../parity/greedy_rule.js';
 import { describeGpu } from './helpers.js';
 
@@ -19,7 +19,7 @@ const PROMPTS = [
 ];
 const MODELS = [undefined, 'shout', 'gpl'];
 
-function run(placement: Placement): Map<string, { ids: number[]; top: [number, number][][] }> {
+async function run(placement: Placement): Promise<Map<string, { ids: number[]; top: [number, number][][] }>> {
   const demo = demoModel();
   const tok = Tokenizer.load(demo.model);
   const model = loadModel(demo.model, { placement });
@@ -27,27 +27,19 @@ function run(placement: Placement): Map<string, { ids: number[]; top: [number, n
     maxModelLen: 1024, maxBatchSize: 64, maxNumBatchedTokens: 2048, blockSize: 16, numBlocks: 256, prefixCache: true,
     lora: { slots: 2, maxRank: 16, hostCache: 2, targets: ALL_TARGETS },
   });
-  for (const a of demo.adapters) e.loadAdapter(a.name, a.path);
+  for (const a of demo.adapters) await e.loadAdapter(a.name, a.path);
   PROMPTS.forEach((p, i) => MODELS.forEach((adapter) => e.add({
     id: `${adapter ?? 'base'}/${i}`, promptIds: tok.encode(p, { addSpecialTokens: false }), params: greedy(32, { logprobs: 5 }), adapter,
   })));
-  const got = new Map<string, { ids: number[]; top: [number, number][][] }>();
-  while (e.hasWork()) {
-    for (const o of e.step()) {
-      const r = got.get(o.id) ?? { ids: [], top: [] };
-      r.ids.push(...o.newTokenIds);
-      r.top.push(...o.logprobs!.map((l) => l.top));
-      got.set(o.id, r);
-    }
-  }
+  const got = greedyRuns(e);
   model.dispose();
   return got;
 }
 
 describeGpu('bf16 on a trained model', () => {
-  it('the demo model and its adapters: ≥ 95% identical greedy tokens, 0 failures', () => {
-    const ref = run(CPU);
-    const ours = run(cudaPlacement('bf16'));
+  it('the demo model and its adapters: ≥ 95% identical greedy tokens, 0 failures', async () => {
+    const ref = await run(CPU);
+    const ours = await run(cudaPlacement('bf16'));
     let identical = 0, total = 0, failures = 0;
     for (const [id, want] of ref) {
       const cmp = compareGreedy(ours.get(id)!, want);

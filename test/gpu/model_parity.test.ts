@@ -10,7 +10,7 @@ import { expect, it } from 'vitest';
 import { Engine } from '../../lib/engine/engine.js';
 import { ALL_TARGETS } from '../../lib/lora/adapter.js';
 import { cudaPlacement, loadModel } from '../../lib/models/index.js';
-import { greedy } from '../engine/helpers.js';
+import { greedy, greedyRuns } from '../engine/helpers.js';
 import { FIXTURES, readParityFixture } from '../parity/fixture.js';
 import { compareGreedy } from '../parity/greedy_rule.js';
 import { describeGpu } from './helpers.js';
@@ -18,7 +18,7 @@ import { describeGpu } from './helpers.js';
 interface Case { prompt_ids: number[]; output_ids: number[]; top_logprobs: [number, number][][] }
 interface LoraFixture { adapters: Record<string, { path: string; cases: Case[] }> }
 
-function runAll(modelName: string, act: 'f32' | 'bf16') {
+async function runAll(modelName: string, act: 'f32' | 'bf16') {
   const base = readParityFixture(modelName);
   const lora = JSON.parse(readFileSync(join(FIXTURES, 'parity', `lora-${modelName}.json`), 'utf8')) as LoraFixture;
   const names = Object.keys(lora.adapters);
@@ -27,7 +27,7 @@ function runAll(modelName: string, act: 'f32' | 'bf16') {
     maxModelLen: 256, maxBatchSize: 64, maxNumBatchedTokens: 1024, blockSize: 16, numBlocks: 128, prefixCache: true,
     lora: { slots: names.length, maxRank: 16, hostCache: names.length, targets: ALL_TARGETS },
   });
-  for (const n of names) e.loadAdapter(n, join(FIXTURES, lora.adapters[n].path));
+  for (const n of names) await e.loadAdapter(n, join(FIXTURES, lora.adapters[n].path));
   const want = new Map<string, Case>();
   base.cases.forEach((c, i) => want.set(`base/${i}`, { prompt_ids: c.promptIds, output_ids: c.outputIds, top_logprobs: c.topLogprobs }));
   for (const n of names) lora.adapters[n].cases.forEach((c, i) => want.set(`${n}/${i}`, c));
@@ -35,15 +35,7 @@ function runAll(modelName: string, act: 'f32' | 'bf16') {
     const adapter = id.startsWith('base/') ? undefined : id.split('/')[0];
     e.add({ id, promptIds: c.prompt_ids, params: greedy(c.output_ids.length, { logprobs: 5 }), adapter });
   }
-  const got = new Map<string, { ids: number[]; top: [number, number][][] }>();
-  while (e.hasWork()) {
-    for (const o of e.step()) {
-      const r = got.get(o.id) ?? { ids: [], top: [] };
-      r.ids.push(...o.newTokenIds);
-      r.top.push(...o.logprobs!.map((l) => l.top));
-      got.set(o.id, r);
-    }
-  }
+  const got = greedyRuns(e);
   let failures = 0, identical = 0, total = 0, fullyIdentical = 0;
   for (const [id, c] of want) {
     const cmp = compareGreedy(got.get(id)!, { ids: c.output_ids, top: c.top_logprobs });
@@ -60,13 +52,13 @@ function runAll(modelName: string, act: 'f32' | 'bf16') {
 
 describeGpu('the CUDA engine matches HF + PEFT', () => {
   for (const m of ['tiny-llama', 'tiny-qwen3']) {
-    it(`${m}, f32 activations: HF's tokens`, () => {
-      const r = runAll(m, 'f32');
+    it(`${m}, f32 activations: HF's tokens`, async () => {
+      const r = await runAll(m, 'f32');
       expect(r.failures).toBe(0);
       expect(r.identical).toBe(r.total);
     });
-    it(`${m}, bf16 activations: 0 failures under vLLM's rule`, () => {
-      expect(runAll(m, 'bf16').failures).toBe(0);
+    it(`${m}, bf16 activations: 0 failures under vLLM's rule`, async () => {
+      expect((await runAll(m, 'bf16')).failures).toBe(0);
     });
   }
 });

@@ -32,36 +32,38 @@ beforeAll(async () => {
   dirs.emb = (await writeAdapter(specs(['model.embed_tokens', 'lm_head', ...attn('k_proj')], 2), { r: 2, lora_alpha: 4, target_modules: ['embed_tokens', 'lm_head', 'k_proj'] }, 3)).dir;
 });
 
-function withAdapters(e: Engine): Engine {
-  for (const name of ['qv', 'mlp', 'emb']) e.loadAdapter(name, dirs[name]);
+async function withAdapters(e: Engine): Promise<Engine> {
+  for (const name of ['qv', 'mlp', 'emb']) await e.loadAdapter(name, dirs[name]);
   return e;
 }
 
 const ps = prompts([5, 12, 20, 33], 512, 9);
 
-function alone(p: number[], adapter: string | undefined, n = 6): number[] {
-  const e = withAdapters(engine(lora(1)));
+async function alone(p: number[], adapter: string | undefined, n = 6): Promise<number[]> {
+  const e = await withAdapters(engine(lora(1)));
   e.add({ id: 'x', promptIds: p, params: greedy(n), adapter });
   return runAll(e).get('x')!.tokens;
 }
 
 describe('LoRA in the engine', () => {
-  it('one step mixing base rows and 3 adapters gives each row its tokens alone', () => {
+  it('one step mixing base rows and 3 adapters gives each row its tokens alone', async () => {
     const adapters = [undefined, 'qv', 'mlp', 'emb'];
-    const expected = ps.map((p, i) => alone(p, adapters[i]));
+    const expected: number[][] = [];
+    for (const [i, p] of ps.entries()) expected.push(await alone(p, adapters[i]));  // one engine per model at a time
     expect(new Set(expected.map((t) => t.join())).size).toBe(4);  // adapters really change the output
-    const e = withAdapters(engine(lora(3)));
+    const e = await withAdapters(engine(lora(3)));
     ps.forEach((p, i) => e.add({ id: `${i}`, promptIds: p, params: greedy(6), adapter: adapters[i] }));
     const out = runAll(e);
     ps.forEach((_, i) => expect(out.get(`${i}`)!.tokens).toEqual(expected[i]));
     expect(e.stats().steps).toBe(6);  // all four ran together in every step
   });
 
-  it('churn: 3 adapters over 2 slots, base requests never held, nothing leaks', () => {
+  it('churn: 3 adapters over 2 slots, base requests never held, nothing leaks', async () => {
     const names = ['qv', 'mlp', 'emb'];
     const reqs = Array.from({ length: 12 }, (_, i) => ({ p: ps[i % 4], adapter: i % 4 === 3 ? undefined : names[i % 3] }));
-    const expected = reqs.map((r) => alone(r.p, r.adapter, 5));
-    const e = withAdapters(engine(lora(2)));
+    const expected: number[][] = [];
+    for (const r of reqs) expected.push(await alone(r.p, r.adapter, 5));
+    const e = await withAdapters(engine(lora(2)));
     reqs.forEach((r, i) => e.add({ id: `${i}`, promptIds: r.p, params: greedy(5), adapter: r.adapter }));
     const firstStep = e.step();
     expect(e.stats().lora!.waitingForSlot).toBeGreaterThan(0);
@@ -81,8 +83,8 @@ describe('LoRA in the engine', () => {
     expect(s.running + s.waiting).toBe(0);
   });
 
-  it('a pinned-out adapter still gets a slot: nobody waits forever', () => {
-    const e = withAdapters(engine(lora(1)));
+  it('a pinned-out adapter still gets a slot: nobody waits forever', async () => {
+    const e = await withAdapters(engine(lora(1)));
     // A long stream of qv requests keeps slot 1 busy; an emb request arrives in between.
     for (let i = 0; i < 6; i++) e.add({ id: `qv${i}`, promptIds: ps[0], params: greedy(4), adapter: 'qv' });
     e.step();
@@ -93,9 +95,25 @@ describe('LoRA in the engine', () => {
     expect(order.indexOf('emb')).toBeLessThan(order.indexOf('qv6'));
   });
 
-  it('unloading lets queued and running requests finish, then refuses the name', () => {
-    const e = withAdapters(engine(lora(2)));
-    const want = alone(ps[2], 'mlp');
+  it('reads adapters evicted from the host cache back off-thread; base rows keep stepping meanwhile', async () => {
+    const e = engine({ lora: { slots: 1, maxRank: 8, hostCache: 1, targets: TARGETS } });
+    for (const name of ['qv', 'mlp', 'emb']) await e.loadAdapter(name, dirs[name]);  // only emb stays read
+    e.add({ id: 'qv', promptIds: ps[0], params: greedy(4), adapter: 'qv' });
+    e.add({ id: 'base', promptIds: ps[1], params: greedy(4) });
+    const first = e.step();
+    expect(first.map((o) => o.id)).toEqual(['base']);  // qv is coming off the disk
+    const tokens = new Map<string, number[]>([['base', [...first[0].newTokenIds]]]);
+    for (let guard = 0; e.hasWork() && guard < 1000; guard++) {
+      for (const o of e.step()) tokens.set(o.id, [...(tokens.get(o.id) ?? []), ...o.newTokenIds]);
+      await new Promise((r) => setImmediate(r));  // the read completes on a libuv thread
+    }
+    expect(tokens.get('qv')).toEqual(await alone(ps[0], 'qv', 4));
+    expect(tokens.get('base')).toEqual(await alone(ps[1], undefined, 4));
+  });
+
+  it('unloading lets queued and running requests finish, then refuses the name', async () => {
+    const e = await withAdapters(engine(lora(2)));
+    const want = await alone(ps[2], 'mlp');
     e.add({ id: 'a', promptIds: ps[2], params: greedy(6), adapter: 'mlp' });
     e.step();
     expect(e.unloadAdapter('mlp')).toBe(true);
@@ -107,15 +125,15 @@ describe('LoRA in the engine', () => {
     expect(e.stats().lora!.registered).toBe(2);
   });
 
-  it('the prefix cache never shares KV between different adapters', () => {
-    const e = withAdapters(engine({ ...lora(3), blockSize: 4 }));
+  it('the prefix cache never shares KV between different adapters', async () => {
+    const e = await withAdapters(engine({ ...lora(3), blockSize: 4 }));
     const p = prompts([30], 512, 4)[0];
     e.add({ id: 'base', promptIds: p, params: greedy(3) });
     runAll(e);
     e.add({ id: 'qv', promptIds: p, params: greedy(3), adapter: 'qv' });
     const out = runAll(e).get('qv')!;
     expect(out.last.cachedPromptTokens).toBe(0);
-    expect(out.tokens).toEqual(alone(p, 'qv', 3));
+    expect(out.tokens).toEqual(await alone(p, 'qv', 3));
   });
 });
 
@@ -153,16 +171,16 @@ describe('refused adapters change nothing', () => {
 
   for (const [label, make, message] of cases) {
     it(label, async () => {
-      const e = withAdapters(engine(lora(2)));
+      const e = await withAdapters(engine(lora(2)));
       e.add({ id: 'run', promptIds: ps[1], params: greedy(4), adapter: 'qv' });
       e.step();
       const before = JSON.stringify(e.stats());
       const dir = await make();
-      expect(() => e.loadAdapter('bad', dir)).toThrow(message);
+      await expect(e.loadAdapter('bad', dir)).rejects.toThrow(message);
       expect(JSON.stringify(e.stats())).toBe(before);
       expect(() => e.add({ id: 'x', promptIds: ps[0], params: greedy(1), adapter: 'bad' })).toThrow(/unknown adapter/);
       const out = runAll(e);
-      expect(out.get('run')!.tokens).toEqual(alone(ps[1], 'qv', 4).slice(1));
+      expect(out.get('run')!.tokens).toEqual((await alone(ps[1], 'qv', 4)).slice(1));
     });
   }
 });

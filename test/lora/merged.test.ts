@@ -65,8 +65,8 @@ describe('LoRA equals merged weights', () => {
     it(label, async () => {
       const { dir: adapterDir, modules: made } = await writeAdapter(modules, config);
       const lora = new LoraManager(base, { slots: 2, maxRank: 16, hostCache: 2, targets: ALL });
-      lora.register('a', adapterDir);
-      const slot = lora.acquire(lora.keyOf('a')!)!;
+      await lora.register('a', adapterDir);
+      const slot = lora.acquire(lora.keyOf('a')!) as number;
       base.lora = lora.weights;
       const withLora = logits(base, prompts, [slot, 0, slot], vocab);
       base.lora = undefined;

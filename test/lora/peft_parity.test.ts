@@ -8,7 +8,7 @@ import { describe, expect, it } from 'vitest';
 
 import { FIXTURES } from '../parity/fixture.js';
 import { compareGreedy } from '../parity/greedy_rule.js';
-import { engine, greedy } from '../engine/helpers.js';
+import { engine, greedy, greedyRuns } from '../engine/helpers.js';
 
 interface LoraFixture {
   adapters: Record<string, { path: string; cases: { prompt_ids: number[]; output_ids: number[]; top_logprobs: [number, number][][] }[] }>;
@@ -21,22 +21,14 @@ for (const model of ['tiny-llama', 'tiny-qwen3']) {
     const fx = JSON.parse(readFileSync(join(FIXTURES, 'parity', `lora-${model}.json`), 'utf8')) as LoraFixture;
     const names = Object.keys(fx.adapters);
 
-    it(`${names.length} adapters, every prompt, in one mixed batch`, () => {
+    it(`${names.length} adapters, every prompt, in one mixed batch`, async () => {
       const e = engine({ lora: { slots: names.length, maxRank: 16, hostCache: names.length, targets: TARGETS } }, model);
-      for (const name of names) e.loadAdapter(name, join(FIXTURES, fx.adapters[name].path));
+      for (const name of names) await e.loadAdapter(name, join(FIXTURES, fx.adapters[name].path));
       for (const name of names) {
         fx.adapters[name].cases.forEach((c, i) =>
           e.add({ id: `${name}/${i}`, promptIds: c.prompt_ids, params: greedy(c.output_ids.length, { logprobs: 5 }), adapter: name }));
       }
-      const got = new Map<string, { ids: number[]; top: [number, number][][] }>();
-      while (e.hasWork()) {
-        for (const o of e.step()) {
-          const r = got.get(o.id) ?? { ids: [], top: [] };
-          r.ids.push(...o.newTokenIds);
-          r.top.push(...o.logprobs!.map((l) => l.top));
-          got.set(o.id, r);
-        }
-      }
+      const got = greedyRuns(e);
       for (const name of names) {
         fx.adapters[name].cases.forEach((c, i) => {
           const ours = got.get(`${name}/${i}`)!;
@@ -59,9 +51,9 @@ describe('the bad adapter fixtures are refused', () => {
     ['unknown-target', /"foo_proj" is not a module/], ['wrong-shape', /does not fit/], ['modified-embed-copy', /differs from the base model/],
   ];
   for (const [name, message] of bad) {
-    it(name, () => {
+    it(name, async () => {
       const e = engine({ lora: { slots: 1, maxRank: 16, hostCache: 1, targets: TARGETS } }, 'tiny-llama');
-      expect(() => e.loadAdapter(name, join(FIXTURES, 'adapters', 'bad', name))).toThrow(message);
+      await expect(e.loadAdapter(name, join(FIXTURES, 'adapters', 'bad', name))).rejects.toThrow(message);
       expect(e.stats().lora!.registered).toBe(0);
     });
   }
