@@ -1,5 +1,6 @@
 // The `mstar` command line: dispatches to one module per subcommand.
 import { runBench } from './bench.js';
+import { runDoctor } from './doctor.js';
 import { runServe } from './serve.js';
 import { runSynth } from './synth.js';
 
@@ -13,6 +14,7 @@ const COMMANDS: Record<string, Command> = {
   serve: { summary: 'serve a model over an OpenAI-compatible HTTP API', run: runServe },
   bench: { summary: 'benchmark an OpenAI-compatible endpoint: tok/s, TTFT, ITL, LoRA retention', run: runBench },
   synth: { summary: 'write a random-weight checkpoint (a real model\'s shapes) and LoRA adapters', run: runSynth },
+  doctor: { summary: 'what mstar finds here: addon, build flags, GPUs, driver, cuBLASLt, NCCL', run: runDoctor },
 };
 
 export const HELP = `usage: mstar <command> [options]
