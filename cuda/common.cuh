@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 
 #include "dtype.h"
 #include "gpu.h"
@@ -42,6 +43,17 @@ class Scratch {
  private:
   void* p_ = nullptr;
 };
+
+// Capture bookkeeping (graph.cu), for the runtime's allocations, frees and waits.
+// Throws gpu::Error naming `what` while a graph is being captured.
+void requireNotCapturing(const char* what);
+// alloc() reports each allocation (during a capture it becomes graph memory).
+void noteAlloc(void* p);
+// True when p must not be freed now: the free is deferred to the end of the capture in
+// progress, or p belongs to a failed capture. False: free it now.
+bool holdRelease(void* p) noexcept;
+// Runs f now, or once the capture in progress ends (host-side cleanup that would wait).
+void runOrDefer(std::function<void()> f) noexcept;
 
 inline unsigned blocksFor(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
 

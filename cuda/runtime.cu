@@ -1,5 +1,6 @@
 // Device memory, copies, the process's stream, pinned staging and scratch: the CUDA
 // runtime behind native/gpu.h. Everything initialises lazily on first use.
+#include <algorithm>
 #include <cstdio>
 #include <mutex>
 #include <string>
@@ -66,11 +67,17 @@ void* alloc(size_t bytes) {
   void* p = nullptr;
   // Round up like the CPU storage; a zero-size tensor still gets a valid pointer.
   check(cudaMallocAsync(&p, bytes == 0 ? 256 : (bytes + 255) / 256 * 256, s), "cudaMallocAsync");
+  try {
+    noteAlloc(p);
+  } catch (...) {
+    if (cudaFreeAsync(p, s) != cudaSuccess) cudaGetLastError();
+    throw;
+  }
   return p;
 }
 
 void release(void* p) noexcept {
-  if (!p) return;
+  if (!p || holdRelease(p)) return;  // during a capture: freed once it ends
   // At process exit the runtime may be gone already; there is nothing to do about an error.
   if (cudaFreeAsync(p, gStream) != cudaSuccess) cudaGetLastError();
 }
@@ -80,6 +87,7 @@ void memsetAsync(void* p, int value, size_t bytes) {
 }
 
 void copyToDevice(void* dst, const void* src, size_t bytes) {
+  requireNotCapturing("a synchronous copy to the device");
   if (!bytes) return;
   cudaStream_t s = stream();
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s), "cudaMemcpy (host to device)");
@@ -87,6 +95,7 @@ void copyToDevice(void* dst, const void* src, size_t bytes) {
 }
 
 void copyToHost(void* dst, const void* src, size_t bytes) {
+  requireNotCapturing("a copy to the host");
   if (!bytes) return;
   cudaStream_t s = stream();
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s), "cudaMemcpy (device to host)");
@@ -98,6 +107,7 @@ void copyOnDevice(void* dst, const void* src, size_t bytes) {
 }
 
 void synchronize() {
+  requireNotCapturing("synchronize");
   if (!gStream) return;  // nothing was ever enqueued
   check(cudaStreamSynchronize(gStream), "cudaStreamSynchronize");
 }
@@ -124,7 +134,9 @@ struct Uploader::Impl {
   bool pending[2] = {false, false};
 };
 
-Uploader::Uploader(size_t chunkBytes) : impl_(new Impl) {
+Uploader::Uploader(size_t chunkBytes) : impl_(nullptr) {
+  requireNotCapturing("an upload to the device");
+  impl_ = new Impl;
   try {
     stream();
     if (gPinnedBytes < chunkBytes) {
@@ -165,6 +177,51 @@ void Uploader::send(void* dst, size_t bytes) {
   check(cudaMemcpyAsync(dst, gPinned[i], bytes, cudaMemcpyHostToDevice, stream()), "cudaMemcpy (pinned to device)");
   check(cudaEventRecord(gDone[i], stream()), "cudaEventRecord");
   impl_->pending[i] = true;
+}
+
+// ---- Staging ---------------------------------------------------------------------------
+void* Staging::reserve(size_t bytes) {
+  requireNotCapturing("copyFromAsync");
+  if (pending_) {
+    // Only this buffer's previous copy is waited for; in a step loop it ran long ago.
+    check(cudaEventSynchronize(static_cast<cudaEvent_t>(done_)), "cudaEventSynchronize");
+    pending_ = false;
+  }
+  if (!done_) {
+    cudaEvent_t e = nullptr;
+    check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    done_ = e;
+  }
+  if (capacity_ < bytes) {
+    if (pinned_ && cudaFreeHost(pinned_) != cudaSuccess) cudaGetLastError();
+    pinned_ = nullptr;
+    capacity_ = 0;
+    size_t want = std::max<size_t>(bytes, 256);
+    check(cudaMallocHost(&pinned_, want), "cudaMallocHost");
+    capacity_ = want;
+  }
+  return pinned_;
+}
+
+void Staging::send(void* dst, size_t bytes) {
+  if (!bytes) return;
+  cudaStream_t s = stream();
+  check(cudaMemcpyAsync(dst, pinned_, bytes, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync (pinned to device)");
+  check(cudaEventRecord(static_cast<cudaEvent_t>(done_), s), "cudaEventRecord");
+  pending_ = true;
+}
+
+Staging::~Staging() {
+  void* pinned = pinned_;
+  cudaEvent_t done = static_cast<cudaEvent_t>(done_);
+  bool pending = pending_;
+  if (!pinned && !done) return;
+  // Waiting and freeing pinned memory are not capturable: during a capture, done after it.
+  runOrDefer([pinned, done, pending] {
+    if (pending && cudaEventSynchronize(done) != cudaSuccess) cudaGetLastError();
+    if (pinned && cudaFreeHost(pinned) != cudaSuccess) cudaGetLastError();
+    if (done && cudaEventDestroy(done) != cudaSuccess) cudaGetLastError();
+  });
 }
 
 }  // namespace mstar::gpu

@@ -4,6 +4,7 @@
 #include "cublaslt.h"
 #include "file_read.h"
 #include "gpu.h"
+#include "graph.h"
 #include "ops.h"
 #include "tensor.h"
 #include "thread_pool.h"
@@ -79,6 +80,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports["synchronize"] = Napi::Function::New<Synchronize>(env, "synchronize");
   RegisterOps(env, exports);
   RegisterLoraOps(env, exports);
+  RegisterGraph(env, exports);
   return exports;
 }
 

@@ -47,4 +47,45 @@ class Uploader {
   Impl* impl_;
 };
 
+// Host→device copies that return at once (copyFromAsync): the bytes go through a pinned
+// buffer owned by this object, which is refilled only after its previous copy ran (an
+// event guards it), so a caller that writes a tensor once per step never waits.
+class Staging {
+ public:
+  Staging() = default;
+  ~Staging();  // waits for a pending copy before freeing the pinned buffer
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+  // The pinned buffer (at least `bytes`), once its previous copy is done.
+  void* reserve(size_t bytes);
+  // Enqueues a copy of its first `bytes` to dst on the stream and records the guard event.
+  void send(void* dst, size_t bytes);
+
+ private:
+  void* pinned_ = nullptr;
+  size_t capacity_ = 0;
+  void* done_ = nullptr;  // cudaEvent_t
+  bool pending_ = false;
+};
+
+// ---- CUDA graphs ------------------------------------------------------------------------
+// Stream capture on the one stream (cudaStreamCaptureModeThreadLocal). While capturing:
+//  - kernels and stream-ordered allocations/frees are recorded, not run;
+//  - anything that waits for the GPU (copyToDevice, copyToHost, synchronize, Staging,
+//    Uploader) throws instead of invalidating the capture;
+//  - memory allocated before the capture and released during it (a tensor collected by
+//    the GC, say) is freed once the capture ends, not inside the graph.
+// Memory allocated during the capture must be released during it (scratch); endCapture
+// fails otherwise, since the graph would hand out that memory on every replay.
+struct Graph;
+bool capturing() noexcept;
+void beginCapture();
+// Ends the capture and instantiates the graph; throws (the capture discarded) on failure.
+Graph* endCapture();
+// Ends a capture whose recording failed, discarding it. Never throws.
+void abortCapture() noexcept;
+void launchGraph(Graph* g);                // asynchronous on the stream
+size_t graphNodes(const Graph* g) noexcept;  // nodes of the captured graph (kernels, memsets, ...)
+void destroyGraph(Graph* g) noexcept;      // safe while a launch is in flight
+
 }  // namespace mstar::gpu

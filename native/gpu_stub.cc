@@ -29,6 +29,19 @@ Uploader::~Uploader() {}
 void* Uploader::buffer() { none(); }
 void Uploader::send(void*, size_t) { none(); }
 
+Staging::~Staging() {}
+void* Staging::reserve(size_t) { none(); }
+void Staging::send(void*, size_t) { none(); }
+
+struct Graph {};
+bool capturing() noexcept { return false; }
+void beginCapture() { none(); }
+Graph* endCapture() { none(); }
+void abortCapture() noexcept {}
+void launchGraph(Graph*) { none(); }
+size_t graphNodes(const Graph*) noexcept { return 0; }
+void destroyGraph(Graph*) noexcept {}
+
 void embedding(DType, void*, Weights, int64_t, const int32_t*, int64_t, int64_t) { none(); }
 void rmsNorm(DType, void*, const void*, Weights, int64_t, int64_t, float) { none(); }
 void addRmsNorm(DType, void*, const void*, Weights, void*, int64_t, int64_t, float) { none(); }

@@ -20,6 +20,7 @@ Storage::Storage(Device device, size_t bytes) : device(device), data(nullptr), b
 }
 
 Storage::~Storage() {
+  staging.reset();  // its pending upload into data finishes first (or after a capture)
   if (device == Device::CUDA) gpu::release(data);
   else std::free(data);
 }

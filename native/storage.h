@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <memory>
 
+#include "gpu.h"
+
 namespace mstar {
 
 enum class Device { CPU, CUDA };
@@ -12,6 +14,8 @@ struct Storage {
   Device device;
   void* data;
   size_t bytes;
+  // CUDA only, made on the first copyFromAsync: the pinned buffer its uploads go through.
+  std::unique_ptr<gpu::Staging> staging;
   Storage(Device device, size_t bytes);
   ~Storage();
   Storage(const Storage&) = delete;

@@ -1,5 +1,6 @@
 #include "tensor.h"
 
+#include <cstring>
 #include <sstream>
 #include <stdexcept>
 
@@ -18,6 +19,7 @@ Napi::Function Tensor::Init(Napi::Env env) {
     InstanceMethod<&Tensor::Narrow>("narrow"),
     InstanceMethod<&Tensor::ToArray>("toArray"),
     InstanceMethod<&Tensor::CopyFrom>("copyFrom"),
+    InstanceMethod<&Tensor::CopyFromAsync>("copyFromAsync"),
     InstanceMethod<&Tensor::To>("to"),
   });
   // Each env (the main thread, every worker thread) gets its own constructor reference.
@@ -194,9 +196,15 @@ Napi::Value Tensor::ToArray(const Napi::CallbackInfo& info) {
   return Napi::TypedArrayOf<int64_t>::New(env, n, buf, 0, napi_bigint64_array);
 }
 
-// Copies a typed array into `t`; Float32Array converts into any float dtype, other
-// arrays must hold exactly the tensor's element type.
-static void copyTypedArray(Napi::Env env, Tensor& t, const Napi::Value& v, const char* what) {
+// A typed array's elements checked against `t`: Float32Array fits any float dtype (then
+// `narrow` says the elements are f32 and must be converted), other arrays must hold
+// exactly the tensor's element type.
+struct Source {
+  const char* data;
+  bool narrow;
+};
+
+static Source sourceOf(Napi::Env env, const Tensor& t, const Napi::Value& v, const char* what) {
   if (!v.IsTypedArray()) throw Napi::TypeError::New(env, std::string(what) + " must be a typed array");
   Napi::TypedArray a = v.As<Napi::TypedArray>();
   size_t n = size_t(t.numel());
@@ -205,32 +213,59 @@ static void copyTypedArray(Napi::Env env, Tensor& t, const Napi::Value& v, const
                                          " elements but " + t.describe() + " needs " + std::to_string(n));
   const char* src = static_cast<const char*>(a.ArrayBuffer().Data()) + a.ByteOffset();
   napi_typedarray_type at = a.TypedArrayType();
-  bool cuda = t.device() == Device::CUDA;
-  if (at == napi_float32_array && isFloat(t.dtype())) {
-    if (!cuda) {
-      convertFloats(t.data(), t.dtype(), src, DType::F32, n);
-    } else if (t.dtype() == DType::F32) {
-      withErrors(env, what, [&] { gpu::copyToDevice(t.data(), src, t.bytes()); });
-    } else {  // narrow on the host, then copy the narrow elements
-      std::vector<char> staging(t.bytes());
-      convertFloats(staging.data(), t.dtype(), src, DType::F32, n);
-      withErrors(env, what, [&] { gpu::copyToDevice(t.data(), staging.data(), t.bytes()); });
-    }
-    return;
-  }
+  if (at == napi_float32_array && isFloat(t.dtype())) return {src, t.dtype() != DType::F32};
   bool ok = (at == napi_int32_array && t.dtype() == DType::I32) ||
             (at == napi_bigint64_array && t.dtype() == DType::I64) ||
             (at == napi_uint16_array && (t.dtype() == DType::BF16 || t.dtype() == DType::F16));
   if (!ok)
     throw Napi::TypeError::New(env, std::string(what) + ": this typed array cannot fill a " + dtypeName(t.dtype()) +
                                         " tensor (use Float32Array for floats, Int32Array for i32, BigInt64Array for i64)");
-  if (cuda) withErrors(env, what, [&] { gpu::copyToDevice(t.data(), src, t.bytes()); });
-  else std::memcpy(t.data(), src, t.bytes());
+  return {src, false};
+}
+
+// Copies a typed array into `t` (see sourceOf); on CUDA it waits until the copy is done.
+static void copyTypedArray(Napi::Env env, Tensor& t, const Napi::Value& v, const char* what) {
+  Source s = sourceOf(env, t, v, what);
+  size_t n = size_t(t.numel());
+  if (t.device() == Device::CPU) {
+    if (s.narrow) convertFloats(t.data(), t.dtype(), s.data, DType::F32, n);
+    else std::memcpy(t.data(), s.data, t.bytes());
+    return;
+  }
+  if (!s.narrow) {
+    withErrors(env, what, [&] { gpu::copyToDevice(t.data(), s.data, t.bytes()); });
+    return;
+  }
+  std::vector<char> staging(t.bytes());  // narrow on the host, then copy the narrow elements
+  convertFloats(staging.data(), t.dtype(), s.data, DType::F32, n);
+  withErrors(env, what, [&] { gpu::copyToDevice(t.data(), staging.data(), t.bytes()); });
 }
 
 Napi::Value Tensor::CopyFrom(const Napi::CallbackInfo& info) {
   requireLive(info.Env());
   copyTypedArray(info.Env(), *this, info[0], "copyFrom(array)");
+  return info.This();
+}
+
+// copyFromAsync(array): as copyFrom, but on CUDA it returns at once: the elements go into
+// the storage's pinned staging buffer and from there to the device in stream order, so
+// ops enqueued later see them. The buffer is refilled only after its previous copy ran.
+Napi::Value Tensor::CopyFromAsync(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  requireLive(env);
+  const char* what = "copyFromAsync(array)";
+  if (device() == Device::CPU) {
+    copyTypedArray(env, *this, info[0], what);
+    return info.This();
+  }
+  Source s = sourceOf(env, *this, info[0], what);
+  withErrors(env, what, [&] {
+    if (!storage_->staging) storage_->staging = std::make_unique<gpu::Staging>();
+    void* host = storage_->staging->reserve(bytes());
+    if (s.narrow) convertFloats(host, dtype_, s.data, DType::F32, size_t(numel()));
+    else std::memcpy(host, s.data, bytes());
+    storage_->staging->send(data(), bytes());
+  });
   return info.This();
 }
 

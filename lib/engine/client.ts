@@ -49,7 +49,11 @@ export class EngineClient {
   private calls = 0;
   private readonly pending = new Map<number, (m: Extract<FromEngine, { type: 'adapterResult' }>) => void>();
 
-  private constructor(private readonly worker: Worker, readonly info: ModelInfo, stats: EngineStats, adapters: AdapterInfo[]) {
+  private constructor(
+    private readonly worker: Worker, readonly info: ModelInfo, stats: EngineStats, adapters: AdapterInfo[],
+    /** Progress lines keep coming after the start (CUDA graph captures on first use). */
+    private readonly onProgress?: (message: string) => void,
+  ) {
     this.latest = stats;
     this.loaded = adapters;
     worker.on('message', (m: FromEngine) => this.receive(m));
@@ -68,7 +72,7 @@ export class EngineClient {
         else if (m.type === 'ready') {
           worker.off('message', onMessage);
           worker.off('error', reject);
-          resolve(new EngineClient(worker, m.info, m.stats, m.adapters));
+          resolve(new EngineClient(worker, m.info, m.stats, m.adapters, onProgress));
         }
       };
       worker.on('message', onMessage);
@@ -148,6 +152,8 @@ export class EngineClient {
       this.queues.delete(m.id);
     } else if (m.type === 'fatal') {
       this.die(new Error(m.message));
+    } else if (m.type === 'progress') {
+      this.onProgress?.(m.message);
     }
   }
 

@@ -1,6 +1,8 @@
 // The engine: requests in, one scheduled step at a time, token outputs out. It runs on the
 // engine thread (worker.ts); nothing here waits on I/O.
 import { BlockManager } from './block_manager.js';
+import type { GraphStats } from './graph_runner.js';
+import { cudaGraphsSetting, profileSetting } from './options.js';
 import { ModelRunner } from './runner.js';
 import { Scheduler } from './scheduler.js';
 import { Sequence } from './sequence.js';
@@ -17,6 +19,16 @@ export interface EngineLimits {
   prefixCache: boolean;
   /** Present: LoRA on, with this pool. Absent: no adapter code runs at all. */
   lora?: LoraOptions;
+  /**
+   * Decode steps as replayed CUDA graphs where the model is on cuda (default true).
+   * MSTAR_CUDA_GRAPHS=0 in the environment turns them off whatever this says.
+   */
+  cudaGraphs?: boolean;
+}
+
+export interface EngineHooks {
+  /** Occasional lines worth a log: CUDA graph captures (lazily, on a bucket's first use). */
+  onProgress?: (message: string) => void;
 }
 
 export class EngineError extends Error {
@@ -34,7 +46,7 @@ export class Engine {
   /** Waiting requests whose adapter could no longer be read from disk: ended next step. */
   private unreadable: Sequence[] = [];
 
-  constructor(readonly model: Model, readonly limits: EngineLimits) {
+  constructor(readonly model: Model, readonly limits: EngineLimits, callbacks: EngineHooks = {}) {
     const c = model.config;
     this.info = { family: c.family, maxModelLen: limits.maxModelLen, vocabSize: c.vocabSize, eosTokenIds: c.eosTokenIds };
     this.blocks = new BlockManager(limits.numBlocks, limits.blockSize, limits.prefixCache);
@@ -61,7 +73,26 @@ export class Engine {
       },
     };
     this.scheduler = new Scheduler(this.blocks, limits, (seq) => this.salt(seq), hooks);
-    this.runner = new ModelRunner(model, new KvCache(c, limits.numBlocks, limits.blockSize, model.placement));
+    this.runner = new ModelRunner(model, new KvCache(c, limits.numBlocks, limits.blockSize, model.placement), {
+      cudaGraphs: cudaGraphsSetting(limits.cudaGraphs),
+      profile: profileSetting(),
+      maxBatchSize: limits.maxBatchSize,
+      maxNumBatchedTokens: limits.maxNumBatchedTokens,
+      maxModelLen: limits.maxModelLen,
+      blockSize: limits.blockSize,
+      onProgress: callbacks.onProgress,
+    });
+  }
+
+  /** CUDA graph counters; undefined when graphs are off (or the model is not on cuda). */
+  graphStats(): GraphStats | undefined {
+    return this.runner.graphStats();
+  }
+
+  /** Frees the graphs and the KV cache (printing MSTAR_PROFILE's summary); no step may follow. */
+  close(): void {
+    this.runner.close();
+    this.runner.kv.dispose();
   }
 
   /** Queues a request; throws EngineError (changing nothing) if it can never run. */

@@ -20,6 +20,34 @@ export interface EngineOptions {
   /** LoRA pool; absent means LoRA is off (no adapter code runs). */
   lora?: LoraOptions & { adapters: { name: string; path: string }[] };
   onProgress?: (message: string) => void;
+  /** Decode steps as replayed CUDA graphs on cuda (default true; MSTAR_CUDA_GRAPHS=0 turns them off). */
+  cudaGraphs?: boolean;
+}
+
+const OFF = ['0', 'false', 'off', 'no'];
+const ON = ['1', 'true', 'on', 'yes'];
+
+/** A boolean switch from the environment: undefined when unset or empty; throws on anything else unclear. */
+function envSwitch(name: string, env: NodeJS.ProcessEnv): boolean | undefined {
+  const raw = env[name]?.trim().toLowerCase();
+  if (!raw) return undefined;
+  if (OFF.includes(raw)) return false;
+  if (ON.includes(raw)) return true;
+  throw new Error(`${name}=${env[name]} is not understood: use 1 or 0`);
+}
+
+/**
+ * Whether decode steps may use CUDA graphs: MSTAR_CUDA_GRAPHS=0 turns them off whatever the
+ * option says (a switch for ruling them out when debugging); otherwise the option, default on.
+ */
+export function cudaGraphsSetting(option: boolean | undefined, env: NodeJS.ProcessEnv = process.env): boolean {
+  if (envSwitch('MSTAR_CUDA_GRAPHS', env) === false) return false;
+  return option ?? true;
+}
+
+/** MSTAR_PROFILE=1: the model runner times its steps and prints a summary (every 1000 steps, and at close). */
+export function profileSetting(env: NodeJS.ProcessEnv = process.env): boolean {
+  return envSwitch('MSTAR_PROFILE', env) === true;
 }
 
 /** Without a size in the options, the cache holds every batch row at full length, within
@@ -47,5 +75,6 @@ export function engineLimits(config: ModelConfig, o: EngineOptions, placement: P
     maxModelLen, blockSize, numBlocks,
     maxBatchSize: o.maxBatchSize, maxNumBatchedTokens: o.maxNumBatchedTokens, prefixCache: o.prefixCache,
     lora: o.lora && { slots: o.lora.slots, maxRank: o.lora.maxRank, hostCache: o.lora.hostCache, targets: o.lora.targets },
+    cudaGraphs: o.cudaGraphs,
   };
 }

@@ -1,7 +1,10 @@
 // Turns a scheduled step into model inputs, runs the forward pass, and samples: the only
 // part of the engine that calls into the addon.
+import { performance } from 'node:perf_hooks';
+
 import { addon, type Tensor } from '../addon/index.js';
 import { KvCache, stepTensors, type Model, type StepInput } from '../models/index.js';
+import { GraphRunner, type GraphRunnerOptions, type GraphStats } from './graph_runner.js';
 import type { ScheduledSeq } from './scheduler.js';
 import type { TokenLogprob } from './types.js';
 
@@ -10,11 +13,66 @@ export interface Sampled {
   logprob?: TokenLogprob;
 }
 
+export interface RunnerOptions extends GraphRunnerOptions {
+  /** Decode steps as replayed CUDA graphs (only where the model is on cuda). */
+  cudaGraphs: boolean;
+  /** Time every step and print a summary (MSTAR_PROFILE=1). */
+  profile?: boolean;
+}
+
+/** Host wall time per step, by path (the graph path includes waiting for its ids). */
+interface Timing {
+  steps: number;
+  ms: number;
+}
+
 export class ModelRunner {
-  constructor(readonly model: Model, readonly kv: KvCache) {}
+  /** Present when decode steps may replay CUDA graphs. */
+  readonly graphs?: GraphRunner;
+  private readonly timing = { graph: { steps: 0, ms: 0 } as Timing, eager: { steps: 0, ms: 0 } as Timing };
+
+  constructor(readonly model: Model, readonly kv: KvCache, readonly options?: RunnerOptions) {
+    if (options?.cudaGraphs && model.placement.device === 'cuda') this.graphs = new GraphRunner(model, kv, options);
+  }
 
   /** Runs the step; returns one sample per entry whose chunk ends its sequence, in order. */
   run(batch: readonly ScheduledSeq[]): Sampled[] {
+    if (!this.options?.profile) return this.runStep(batch).sampled;
+    const t0 = performance.now();
+    const { sampled, graph } = this.runStep(batch);
+    const t = graph ? this.timing.graph : this.timing.eager;
+    t.steps++;
+    t.ms += performance.now() - t0;
+    if ((this.timing.graph.steps + this.timing.eager.steps) % 1000 === 0) console.error(this.profileLine());
+    return sampled;
+  }
+
+  graphStats(): GraphStats | undefined {
+    return this.graphs && { ...this.graphs.stats, captured: [...this.graphs.stats.captured] };
+  }
+
+  /** One line of MSTAR_PROFILE numbers: steps and mean host ms per step, by path. */
+  profileLine(): string {
+    const mean = (t: Timing) => (t.steps ? (t.ms / t.steps).toFixed(3) : '-');
+    const g = this.graphs?.stats;
+    return `mstar profile: ${this.timing.graph.steps} graph steps (${mean(this.timing.graph)} ms each), ` +
+      `${this.timing.eager.steps} eager steps (${mean(this.timing.eager)} ms each)` +
+      (g ? `; graphs: ${g.captures} captured, ${g.replays} replays, ${g.warmups} warm-up steps, ${g.failures} failed captures` : '; cuda graphs off');
+  }
+
+  close(): void {
+    if (this.options?.profile) console.error(this.profileLine());
+    this.graphs?.dispose();
+  }
+
+  private runStep(batch: readonly ScheduledSeq[]): { sampled: Sampled[]; graph: boolean } {
+    if (this.graphs && this.graphs.ineligible(batch) === undefined) {
+      return { sampled: this.graphs.run(batch).map((tokenId) => ({ tokenId })), graph: true };
+    }
+    return { sampled: this.runEager(batch), graph: false };
+  }
+
+  private runEager(batch: readonly ScheduledSeq[]): Sampled[] {
     const input = this.inputs(batch);
     const tensors = stepTensors(input, this.model.placement.device);
     let logits: Tensor | undefined;

@@ -38,7 +38,7 @@ async function start(init: WorkerInit): Promise<Engine> {
   });
   const limits = engineLimits(model.config, init, placement);
   send({ type: 'progress', message: `${placement.device} backend; KV cache: ${limits.numBlocks} blocks of ${limits.blockSize} tokens (${placement.kv})` });
-  const engine = new Engine(model, limits);
+  const engine = new Engine(model, limits, { onProgress: (message) => send({ type: 'progress', message }) });
   for (const a of init.lora?.adapters ?? []) {
     await engine.loadAdapter(a.name, a.path);
     send({ type: 'progress', message: `adapter ${a.name} loaded from ${a.path}` });

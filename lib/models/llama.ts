@@ -8,6 +8,10 @@ import { CPU, type Placement } from './placement.js';
 import { ropeInvFreq } from './rope.js';
 import type { StepTensors } from './step.js';
 import type { Weights } from './weights.js';
+import type { BufferName, Workspace } from './workspace.js';
+
+/** Where forward's activations come from: fresh tensors, or views of a Workspace. */
+type Buffers = (name: BufferName, rows: number, cols: number) => Tensor;
 
 export class LlamaModel {
   protected readonly invFreq: Tensor;
@@ -34,30 +38,35 @@ export class LlamaModel {
   /** Hook between the qkv projection and RoPE (Qwen3 normalises q and k heads here). */
   protected normalizeQk(_qkv: Tensor, _layer: number): void {}
 
-  /** Runs one step and returns f32 logits [logitRows, vocab]. */
-  forward(step: StepTensors, kv: KvCache): Tensor {
+  /**
+   * Runs one step and returns logits [logitRows, vocab] in the activation dtype. With a
+   * workspace (sized for the step) nothing is allocated: every activation, the logits
+   * included, is a view of its buffers (what a captured CUDA graph needs); without one,
+   * each call allocates its own.
+   */
+  forward(step: StepTensors, kv: KvCache, ws?: Workspace): Tensor {
     const c = this.config;
     const n = step.numTokens;
     const H = c.numHeads, K = c.numKvHeads, hd = c.headDim;
     const { act: dtype, device } = this.placement;
-    const buffer = (...shape: number[]) => addon.empty(dtype, shape, device);
-    const residual = buffer(n, c.hiddenSize);
-    const x = buffer(n, c.hiddenSize);
-    const qkv = buffer(n, (H + 2 * K) * hd);
-    const attn = buffer(n, H * hd);
-    const delta = buffer(n, c.hiddenSize);
-    const gateUp = buffer(n, 2 * c.intermediateSize);
-    const act = buffer(n, c.intermediateSize);
+    const buffer: Buffers = ws ? (name, r, cols) => ws.take(name, r, cols) : (_, r, cols) => addon.empty(dtype, [r, cols], device);
+    const residual = buffer('residual', n, c.hiddenSize);
+    const x = buffer('x', n, c.hiddenSize);
+    const qkv = buffer('qkv', n, (H + 2 * K) * hd);
+    const attn = buffer('attn', n, H * hd);
+    const delta = buffer('delta', n, c.hiddenSize);
+    const gateUp = buffer('gateUp', n, 2 * c.intermediateSize);
+    const act = buffer('act', n, c.intermediateSize);
     const rows = step.logitRows.shape[0];
-    const last = buffer(rows, c.hiddenSize);
-    const logits = buffer(rows, c.vocabSize);
+    const last = buffer('last', rows, c.hiddenSize);
+    const logits = buffer('logits', rows, c.vocabSize);
 
     addon.embedding(residual, this.w('embed'), step.tokens);
     const lora = step.lora && this.lora ? { plan: step.lora, weights: this.lora } : undefined;
-    if (lora) this.loraEmbedding(residual, lora.weights, lora.plan);
+    if (lora) this.loraEmbedding(residual, lora.weights, lora.plan, buffer);
     const withLora = (name: string, out: Tensor, input: Tensor, slots = lora?.plan.rowSlots) => {
       const t = lora?.weights.targets.get(name);
-      if (t && slots) applyLora(out, input, t, slots);
+      if (t && slots) applyLora(out, input, t, slots, buffer);
     };
     addon.rmsNorm(x, residual, this.w('layers.0.attn_norm'), c.rmsNormEps);
     for (let l = 0; l < c.numLayers; l++) {
@@ -86,12 +95,12 @@ export class LlamaModel {
     return logits;
   }
 
-  private loraEmbedding(residual: Tensor, weights: SlotWeights, plan: NonNullable<StepTensors['lora']>): void {
+  private loraEmbedding(residual: Tensor, weights: SlotWeights, plan: NonNullable<StepTensors['lora']>, buffer: Buffers): void {
     const t = weights.targets.get('embed');
     if (!t) return;
     const [slots, vocab, rank] = t.a.shape;
     const table = t.a.view([slots * vocab, rank]);
-    const shrunk = addon.empty(this.placement.act, [plan.embedRows.shape[0], rank], this.placement.device);
+    const shrunk = buffer('lora', plan.embedRows.shape[0], rank);
     addon.gatherRows(shrunk, table, plan.embedRows);
     addon.loraExpand(residual, shrunk, t.b, plan.rowSlots, t.sliceStarts);
     shrunk.dispose();
@@ -105,8 +114,9 @@ export class LlamaModel {
 }
 
 /** out += (input · Aᵀ) · Bᵀ per row, with each row's slot. */
-function applyLora(out: Tensor, input: Tensor, t: LoraTarget, slots: Tensor): void {
-  const shrunk = addon.empty(input.dtype, [input.shape[0], t.b.shape[2] * t.sliceOffsets.length], input.device);
+function applyLora(out: Tensor, input: Tensor, t: LoraTarget, slots: Tensor, buffer: Buffers): void {
+  // One rank-space buffer serves every target: each use ends (in stream order) before the next.
+  const shrunk = buffer('lora', input.shape[0], t.b.shape[2] * t.sliceOffsets.length);
   addon.loraShrink(shrunk, input, t.a, slots);
   addon.loraExpand(out, shrunk, t.b, slots, t.sliceStarts);
   shrunk.dispose();

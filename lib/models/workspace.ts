@@ -1,0 +1,68 @@
+// Activation buffers allocated once, so a forward pass can run without allocating: what a
+// captured CUDA graph needs (its kernels keep the pointers they were recorded with), and
+// what spares the allocator on every step. Each buffer is one flat tensor sized for the
+// most rows it will serve; take() hands out a [rows, cols] view of its start.
+import { addon, type Tensor } from '../addon/index.js';
+import type { ModelConfig } from '../checkpoint/config.js';
+import type { SlotWeights } from '../lora/slot_weights.js';
+import type { Placement } from './placement.js';
+
+export type BufferName = 'residual' | 'x' | 'qkv' | 'attn' | 'delta' | 'gateUp' | 'act' | 'last' | 'logits' | 'lora';
+
+export class Workspace {
+  private readonly flat = new Map<BufferName, Tensor>();
+
+  /**
+   * `maxTokens`: token rows of the largest step; `maxRows`: its logit rows. `lora`: the
+   * adapter pool's weights, whose rank-space buffer ('lora') it sizes (absent: none).
+   */
+  constructor(
+    config: ModelConfig, readonly placement: Placement, readonly maxTokens: number, readonly maxRows: number,
+    lora?: SlotWeights,
+  ) {
+    const c = config;
+    const T = maxTokens, R = maxRows;
+    const sizes: [BufferName, number][] = [
+      ['residual', T * c.hiddenSize],
+      ['x', T * c.hiddenSize],
+      ['qkv', T * (c.numHeads + 2 * c.numKvHeads) * c.headDim],
+      ['attn', T * c.numHeads * c.headDim],
+      ['delta', T * c.hiddenSize],
+      ['gateUp', T * 2 * c.intermediateSize],
+      ['act', T * c.intermediateSize],
+      ['last', R * c.hiddenSize],
+      ['logits', R * c.vocabSize],
+    ];
+    if (lora) sizes.push(['lora', Math.max(T, R) * loraColumns(lora)]);
+    try {
+      for (const [name, n] of sizes) this.flat.set(name, addon.empty(placement.act, [n], placement.device));
+    } catch (e) {
+      this.dispose();
+      throw e;
+    }
+  }
+
+  /** A [rows, cols] view of buffer `name` (dispose it when done; the buffer stays). */
+  take(name: BufferName, rows: number, cols: number): Tensor {
+    const t = this.flat.get(name);
+    if (!t) throw new Error(`workspace: no ${name} buffer (LoRA buffers exist only when the workspace was made with the pool)`);
+    const n = rows * cols;
+    if (!(n <= t.shape[0])) throw new Error(`workspace: ${name} holds ${t.shape[0]} elements, [${rows}, ${cols}] needs ${n}`);
+    const part = t.narrow(0, n);
+    const v = part.view([rows, cols]);
+    part.dispose();
+    return v;
+  }
+
+  dispose(): void {
+    for (const t of this.flat.values()) t.dispose();
+    this.flat.clear();
+  }
+}
+
+/** Widest rank-space row any LoRA target needs: slices * rank (linear), rank (embedding). */
+export function loraColumns(lora: SlotWeights): number {
+  let cols = 0;
+  for (const t of lora.targets.values()) cols = Math.max(cols, t.embedding ? t.a.shape[2] : t.b.shape[2] * t.sliceOffsets.length);
+  return Math.max(cols, 1);
+}
