@@ -1,4 +1,4 @@
-// Runs one engine side's grid: a warm-up, then every mix × load point × round, each cell's
+// Runs one engine side's grid: a warm-up at every concurrency, then every mix × load point × round, each cell's
 // requests drawn from the seed so both engine sides see the very same prompts.
 import { hashString, Rng } from '../synth/rng.js';
 import { cellReport, type CellReport, type EngineSide } from './cell.js';
@@ -95,14 +95,24 @@ async function runCell(grid: Grid, side: Side, mix: MixName, load: LoadShape, ro
   return run;
 }
 
-/** One short request per model the grid names first, so start-up costs (first launch, first adapter load) stay out of the cells. */
+/**
+ * Before measuring: for each model the grid names first and each closed-loop concurrency,
+ * that many concurrent short requests with the grid's prompt length. Start-up costs (first
+ * launch, first adapter load, GEMM heuristics per prefill shape, a CUDA graph capture per
+ * decode batch size) then stay out of the cells.
+ */
 async function warmUp(grid: Grid, side: Side, adapter: string | undefined): Promise<void> {
+  const widths = [...new Set([1, ...grid.loads.flatMap((l) => (l.kind === 'closed' ? [l.concurrency] : []))])];
+  const rng = new Rng(0xbeef);
   for (const model of adapter === undefined ? [side.base] : [side.base, adapter]) {
-    grid.ui.status(`${side.engine}: warm-up request on ${model}`);
-    const r = await streamCompletion({
-      url: side.url, model, promptIds: randomPromptIds(new Rng(0xbeef), 16, grid.idLimit), maxTokens: 4, apiKey: side.apiKey,
-      signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
-    });
-    if (!r.ok) throw new BenchError(`warm-up request to ${side.url} (model ${model}) failed: ${r.error}`);
+    for (const width of widths) {
+      grid.ui.status(`${side.engine}: warm-up, ${width} request${width > 1 ? 's' : ''} on ${model}`);
+      const results = await Promise.all(Array.from({ length: width }, () => streamCompletion({
+        url: side.url, model, promptIds: randomPromptIds(rng, drawLength(grid.opts.promptLen, rng), grid.idLimit), maxTokens: 4,
+        apiKey: side.apiKey, signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+      })));
+      const bad = results.find((r) => !r.ok);
+      if (bad) throw new BenchError(`warm-up request to ${side.url} (model ${model}) failed: ${bad.error}`);
+    }
   }
 }
