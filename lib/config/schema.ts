@@ -1,3 +1,5 @@
+import { ALL_TARGETS } from '../lora/targets.js';
+
 // The one schema of serve.yaml: its keys, types, limits and defaults. The loader validates
 // with it, fills defaults from it, and words its errors from it.
 
@@ -84,8 +86,8 @@ export const serveConfigSchema = {
             host_cache: { type: 'integer', minimum: 1, default: 32 },
             targets: {
               type: 'array', minItems: 1, uniqueItems: true,
-              items: { type: 'string', enum: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'embed_tokens', 'lm_head'] },
-              default: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'embed_tokens', 'lm_head'],
+              items: { type: 'string', enum: ALL_TARGETS },
+              default: ALL_TARGETS,
             },
             adapters: {
               type: 'array',

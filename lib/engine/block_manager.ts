@@ -42,7 +42,6 @@ export class BlockManager {
     if (!this.prefixCache || seq.blocks.length > 0) return 0;
     const full = Math.floor((seq.length - 1) / this.blockSize);
     this.extendHashes(seq, full, salt);
-    this.queries += seq.promptIds.length;
     const blocks: number[] = [];
     for (let i = 0; i < full; i++) {
       const b = this.byHash.get(seq.blockHashes[i]);
@@ -51,9 +50,13 @@ export class BlockManager {
     }
     for (const b of blocks) this.take(b);
     seq.blocks = blocks;
-    const tokens = blocks.length * this.blockSize;
-    this.hits += Math.min(tokens, seq.promptIds.length);
-    return tokens;
+    return blocks.length * this.blockSize;
+  }
+
+  /** Counts a request's prompt lookup once, when it is first admitted (as vLLM's metrics do). */
+  countLookup(promptTokens: number, hitTokens: number): void {
+    this.queries += promptTokens;
+    this.hits += Math.min(hitTokens, promptTokens);
   }
 
   /** Gives the sequence blocks for `total` tokens; false (and no change) if too few are free. */

@@ -9,6 +9,9 @@ import type { AdapterInfo, FromEngine, ToEngine, WorkerInit } from './protocol.j
 import type { EngineStats, GenerateRequest, ModelInfo, RequestOutput } from './types.js';
 
 export type { EngineOptions } from './options.js';
+
+/** How long close() waits for the engine thread to finish its step and exit. */
+const CLOSE_TIMEOUT_MS = 10_000;
 export type { AdapterInfo } from './protocol.js';
 
 /** A request's pending outputs and its waiting consumer. */
@@ -124,9 +127,22 @@ export class EngineClient {
     });
   }
 
+  /**
+   * Stops the engine thread between two steps (terminating it inside a native call could
+   * abort the process); requests still open fail with "the engine was closed".
+   */
   async close(): Promise<void> {
+    this.die(new Error('the engine was closed'));
     this.worker.removeAllListeners('exit');
-    await this.worker.terminate();
+    const exited = new Promise<void>((resolve) => this.worker.once('exit', () => resolve()));
+    this.send({ type: 'close' });
+    const timeout = new Promise<'late'>((resolve) => setTimeout(() => resolve('late'), CLOSE_TIMEOUT_MS).unref());
+    if ((await Promise.race([exited, timeout])) === 'late') await this.worker.terminate();
+  }
+
+  /** False once the engine thread has died or was closed. */
+  healthy(): boolean {
+    return this.fatal === undefined;
   }
 
   private send(m: ToEngine): void {
@@ -139,6 +155,11 @@ export class EngineClient {
       for (const o of m.outputs) {
         const q = this.queues.get(o.id);
         if (!q) continue;
+        if (o.error !== undefined) {
+          q.fail(Object.assign(new Error(o.error), { statusCode: 500 }));
+          this.queues.delete(o.id);
+          continue;
+        }
         q.push(o);
         if (o.finishReason) this.queues.delete(o.id);
       }

@@ -43,7 +43,7 @@ export class Engine {
   private readonly seqs = new Map<string, Sequence>();
   private steps = 0;
   readonly lora?: LoraManager;
-  /** Waiting requests whose adapter could no longer be read from disk: ended next step. */
+  /** Waiting requests whose adapter could no longer be read from disk: ended by this step. */
   private unreadable: Sequence[] = [];
 
   constructor(readonly model: Model, readonly limits: EngineLimits, callbacks: EngineHooks = {}) {
@@ -197,14 +197,15 @@ export class Engine {
     await this.lora.register(name, path);
   }
 
-  /** Ends the requests whose adapter could not be read back (the file went away). */
+  /** Ends, with the reason, the requests whose adapter could not be read back or loaded. */
   private endUnreadable(): RequestOutput[] {
     const seqs = [...new Set(this.unreadable)].filter((s) => this.seqs.has(s.id));
     this.unreadable = [];
+    const why = new Map<string, string>();
+    for (const s of seqs) if (!why.has(s.adapterKey!)) why.set(s.adapterKey!, this.lora!.takeFailure(s.adapterKey!) ?? 'adapter unavailable');
     return seqs.map((seq) => {
-      console.error(`mstar: ${this.lora!.failure(seq.adapterKey!)}; request ${seq.id} ended`);
       this.finish(seq);
-      return this.output(seq, [], undefined, 'abort');
+      return { ...this.output(seq, [], undefined, 'abort'), error: why.get(seq.adapterKey!) };
     });
   }
 

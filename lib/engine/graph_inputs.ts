@@ -44,6 +44,7 @@ export function graphIneligible(
   for (const e of batch) {
     if (e.count !== 1 || !e.samples) return 'prefill';
     if (e.seq.params.logprobs !== null) return 'logprobs requested';
+    if (e.seq.outputIds.length < e.seq.params.minTokens) return 'min_tokens masks stop tokens';
     if (e.seq.blocks.length > width) return `a sequence holds ${e.seq.blocks.length} blocks, above the table width ${width}`;
     if (Math.floor(e.start / blockSize) >= e.seq.blocks.length) return 'a token has no KV block reserved';
   }
@@ -52,7 +53,7 @@ export function graphIneligible(
 
 /**
  * Host arrays of every per-step input, for buckets up to `maxBucket` rows. `ints` packs the
- * i32 inputs (one upload), field f of row r at OFFSETS[f] * maxBucket + r; queryStarts
+ * i32 inputs (one upload), field f of row r at (index of f in FIELDS) * maxBucket + r; queryStarts
  * ([0, 1, ..., maxBucket]) and logitRows ([0, ..., maxBucket - 1]) are the same for every
  * decode step and are set once. The block table is separate (maxBucket x width, uploaded
  * only for the bucket's rows).

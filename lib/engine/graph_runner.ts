@@ -1,6 +1,6 @@
 // Decode steps on CUDA as replayed graphs. Per batch-size bucket (graph_inputs.ts) one graph
 // runs the whole step: forward on a preallocated Workspace, then sampling into a static id
-// buffer. Every input lives in static device buffers written before the replay (three
+// buffer. Every input lives in static device buffers written before the replay (five
 // asynchronous uploads through pinned memory), the adapter mix included: a row's slot and
 // its embedding row are data, so one capture serves every mix. Steps without adapter rows
 // replay a second graph per bucket without the LoRA ops (fewer launches). The only wait of

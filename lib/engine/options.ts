@@ -71,8 +71,14 @@ export function engineLimits(config: ModelConfig, o: EngineOptions, placement: P
     : Math.min(cuda ? CUDA_MAX_KV_BYTES : Math.min(CPU_MAX_KV_BYTES, freemem() / 4), o.maxBatchSize * maxModelLen * perToken);
   const numBlocks = o.kvCache.numBlocks ?? Math.floor(bytes / (perToken * blockSize));
   if (numBlocks < 1) throw new Error(`the KV cache has room for no block of ${blockSize} tokens`);
+  // A request must fit the whole cache. Asked-for lengths it cannot hold are an error at
+  // start; the model's own (default) length is cut to what it holds, as vLLM does.
+  const capacity = numBlocks * blockSize;
+  if (o.maxModelLen !== undefined && o.maxModelLen > capacity) {
+    throw new Error(`max_seq_len ${o.maxModelLen} does not fit in the KV cache (${numBlocks} blocks of ${blockSize} = ${capacity} tokens): lower max_seq_len or give kv_cache more room`);
+  }
   return {
-    maxModelLen, blockSize, numBlocks,
+    maxModelLen: Math.min(maxModelLen, capacity), blockSize, numBlocks,
     maxBatchSize: o.maxBatchSize, maxNumBatchedTokens: o.maxNumBatchedTokens, prefixCache: o.prefixCache,
     lora: o.lora && { slots: o.lora.slots, maxRank: o.lora.maxRank, hostCache: o.lora.hostCache, targets: o.lora.targets },
     cudaGraphs: o.cudaGraphs,

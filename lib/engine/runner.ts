@@ -124,6 +124,27 @@ export class ModelRunner {
     };
   }
 
+  /**
+   * Before min_tokens, EOS and stop tokens cannot be drawn (as vLLM): their logits become -inf.
+   * Only rows under min_tokens pay for it, a fill per banned token.
+   */
+  private maskStopTokens(entries: readonly ScheduledSeq[], logits: Tensor): void {
+    const vocab = logits.shape[1];
+    entries.forEach((e, r) => {
+      const p = e.seq.params;
+      if (e.seq.outputIds.length >= p.minTokens) return;
+      const banned = new Set([...p.stopTokenIds, ...(p.ignoreEos ? [] : this.model.config.eosTokenIds)]);
+      for (const id of banned) {
+        if (id < 0 || id >= vocab) continue;
+        const row = logits.narrow(r, 1);
+        const column = row.view([vocab, 1]);
+        const cell = column.narrow(id, 1);
+        addon.fill(cell, -Infinity);
+        [cell, column, row].forEach((x) => x.dispose());
+      }
+    });
+  }
+
   private sample(entries: readonly ScheduledSeq[], logits: Tensor): Sampled[] {
     const n = entries.length;
     if (n === 0) return [];
@@ -132,6 +153,7 @@ export class ModelRunner {
     const t = <T extends Tensor>(x: T): T => (owned.push(x), x);
     try {
       const device = this.model.placement.device;
+      this.maskStopTokens(entries, logits);
       const ids = t(addon.empty('i32', [n], device));
       addon.sample(
         ids, logits,

@@ -1,6 +1,6 @@
 // The contract between the engine (on its own thread) and its callers (the HTTP thread).
 
-/** Per-request generation settings, already validated (see sampling_params.ts). */
+/** Per-request generation settings, already validated (see lib/server/sampling.ts). */
 export interface SamplingParams {
   maxTokens: number;
   /** 0 means greedy. */
@@ -47,6 +47,8 @@ export interface RequestOutput {
   finishReason?: FinishReason;
   /** With finishReason 'stop': the stop token that ended it (EOS or a stop_token_id). */
   stopTokenId?: number;
+  /** Set when the engine had to end the request because of a fault (e.g. its adapter's files went away). */
+  error?: string;
   promptTokens: number;
   /** Prompt tokens served from the prefix cache. */
   cachedPromptTokens: number;

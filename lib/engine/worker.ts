@@ -102,6 +102,8 @@ port.on('message', (m: ToEngine) => {
     const out = engine.abort(m.id);
     if (out) send({ type: 'outputs', outputs: [out], stats: engine.stats() });
   } else {
-    port.close();
+    // 'close' arrives between steps (this thread runs one thing at a time): stop here.
+    engine.close();
+    process.exit(0);
   }
 });

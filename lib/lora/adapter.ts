@@ -9,7 +9,7 @@ import { locateModule, moduleNames, type ModuleLocation } from '../checkpoint/lo
 import { openSafetensors, type TensorEntry } from '../checkpoint/safetensors.js';
 import { CheckpointError, formatShape } from '../checkpoint/errors.js';
 import { AdapterError } from './errors.js';
-import { isTargeted, moduleRankScale, readPeftConfig, type PeftConfig } from './peft_config.js';
+import { isTargeted, matches, moduleRankScale, readPeftConfig, type PeftConfig } from './peft_config.js';
 
 export interface AdapterModule {
   /** HF module path, e.g. 'model.layers.0.self_attn.k_proj'. */
@@ -45,8 +45,7 @@ export interface AdapterLimits {
   targets: ReadonlySet<string>;
 }
 
-/** Every module name a Llama-family model can carry adapters on. */
-export const ALL_TARGETS = ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'embed_tokens', 'lm_head'];
+export { ALL_TARGETS } from './targets.js';
 
 const PREFIX = 'base_model.model.';
 const LORA_KEY = /^(.*)\.(lora_A\.weight|lora_B\.weight|lora_embedding_A|lora_embedding_B)$/;
@@ -94,7 +93,7 @@ export function readAdapter(name: string, dir: string, model: ModelConfig, limit
 
   const modules: AdapterModule[] = [];
   for (const [path, p] of pairs) {
-    const key = PREFIX + path;
+    const key = path;  // as written in the file, prefix included
     const loc = locateModule(model, model.family, path);
     if (!loc) fail(key, `the ${model.family} model has no module ${path.slice(PREFIX.length)}`);
     if (!limits.targets.has(moduleName(loc!.hf))) {
@@ -132,7 +131,7 @@ function checkTargetModules(name: string, config: PeftConfig, model: ModelConfig
     return;
   }
   for (const t of config.targetModules) {
-    if (!all.some((p) => p === t || p.endsWith(`.${t}`))) {
+    if (!all.some((p) => matches([t], p))) {
       throw new AdapterError(`adapter ${name}: ${config.file}: target module ${JSON.stringify(t)} is not a module of the ${model.family} model (it has ${[...new Set(all.map((p) => p.split('.').at(-1)))].join(', ')})`);
     }
   }

@@ -53,7 +53,7 @@ export class LoraManager {
     this.weights = new SlotWeights(model.config, options.slots + 1, options.maxRank, this.limits.targets, model.placement);
   }
 
-  /** Reads and checks an adapter (off the engine's thread); on any error nothing changes. */
+  /** Reads and checks an adapter (the tensor bytes on libuv threads); on any error nothing changes. */
   async register(name: string, path: string): Promise<void> {
     const taken = () => new AdapterError(`adapter ${name} is already loaded (from ${this.byName.get(name)!.path})`);
     if (this.byName.has(name)) throw taken();
@@ -133,16 +133,30 @@ export class LoraManager {
     if (!got) return null;
     if (got.load) {
       const t0 = performance.now();
-      this.weights.load(got.slot, this.hostAdapter(key));
+      try {
+        this.weights.load(got.slot, this.hostAdapter(key));
+      } catch (e) {
+        // The slot was already given to this adapter: give it back empty, then fail the adapter.
+        this.table.release(got.slot);
+        this.table.drop(key);
+        this.weights.clear(got.slot);
+        this.failed.set(key, `adapter ${this.byKey.get(key)?.name} could not be copied into slot ${got.slot}: ${(e as Error).message}`);
+        return 'failed';
+      }
       this.loadSeconds += (performance.now() - t0) / 1000;
       this.loads++;
     }
     return got.slot;
   }
 
-  /** Why an adapter could not be read back, if it could not. */
-  failure(key: string): string | undefined {
-    return this.failed.get(key);
+  /**
+   * Why an adapter could not be read back or loaded; reading it forgets the failure, so a
+   * later request tries again (the disk may have recovered).
+   */
+  takeFailure(key: string): string | undefined {
+    const why = this.failed.get(key);
+    this.failed.delete(key);
+    return why;
   }
 
   release(slot: number): void {
@@ -166,7 +180,10 @@ export class LoraManager {
     if (this.reading.has(key)) return;
     const reg = this.byKey.get(key)!;
     this.reading.add(key);
-    HostAdapter.read(readAdapter(reg.name, reg.path, this.model.config, this.limits), this.model.weights).then(
+    // readAdapter throws synchronously (folder gone, header changed): chain it so that
+    // failure, too, ends only the requests on this adapter, never the engine.
+    Promise.resolve().then(() => readAdapter(reg.name, reg.path, this.model.config, this.limits))
+      .then((adapter) => HostAdapter.read(adapter, this.model.weights)).then(
       (h) => {
         this.reading.delete(key);
         if (this.byKey.has(key)) this.cache(key, h);

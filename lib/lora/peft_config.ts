@@ -76,7 +76,7 @@ export function readPeftConfig(dir: string): PeftConfig {
 }
 
 /** PEFT's rule: a list entry matches the module name or a `.name` suffix; a string is a full regex. */
-function matches(spec: string[] | string, path: string): boolean {
+export function matches(spec: string[] | string, path: string): boolean {
   if (typeof spec === 'string') return new RegExp(`^(?:${spec})$`).test(path);
   return spec.some((t) => path === t || path.endsWith(`.${t}`));
 }

@@ -59,13 +59,13 @@ export class SlotTable {
     s.pins--;
   }
 
-  /** Forgets an adapter whose slot is unpinned (unload); pinned ones go once released. */
+  /** Empties an adapter's slot; the manager calls it only once no request uses the adapter. */
   drop(adapter: string): void {
     const i = this.slotOf(adapter);
     if (i === undefined) return;
     const s = this.slots[i];
-    if (s.pins === 0) Object.assign(s, { adapter: null, draining: false });
-    else s.draining = true;
+    if (s.pins > 0) throw new Error(`slot ${i} still has ${s.pins} request(s) on ${adapter}`);
+    Object.assign(s, { adapter: null, draining: false });
   }
 
   get resident(): number {

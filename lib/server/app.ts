@@ -57,7 +57,7 @@ export function buildApp(opts: AppOptions): FastifyInstance {
   registerChat(app, ctx);
   registerModels(app, ctx);
   registerLora(app, ctx);
-  registerHealth(app);
+  registerHealth(app, ctx.engine);
   registerMetrics(app, ctx);
   return app;
 }

@@ -10,6 +10,8 @@ export interface Engine {
   abort(id: string): void;
   /** Latest counters, read synchronously at scrape time. */
   stats(): EngineStats;
+  /** False once the engine has died: /health then fails so an orchestrator restarts us. */
+  healthy?(): boolean;
   /** LoRA adapters requests may name; absent or empty when LoRA is off. */
   adapters?(): { name: string; path: string }[];
   loadAdapter?(name: string, path: string): Promise<void>;

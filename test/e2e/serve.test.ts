@@ -65,6 +65,7 @@ describe('preemption under a tiny KV budget', () => {
   beforeAll(async () => {
     s = await startServer((c) => {
       c.kv_cache = { block_size: 4, num_blocks: 24 };
+      c.max_seq_len = 96;  // everything the 24 blocks hold
     });
   });
   afterAll(() => s.close());

@@ -60,6 +60,16 @@ describe('EngineClient (engine thread)', () => {
     await expect(collect(client.generate({ id: 'big', promptIds: [1], params: greedy(1000) }))).rejects.toThrow(/256-token limit/);
   });
 
+  it('close() mid-generation stops the engine between steps and fails what is open', async () => {
+    const other = await EngineClient.start(options);
+    const it = other.generate({ id: 'long', promptIds: [5, 6, 7], params: greedy(200) })[Symbol.asyncIterator]();
+    await it.next();
+    await other.close();
+    await expect((async () => { for (;;) if ((await it.next()).done) return; })()).rejects.toThrow(/engine was closed/);
+    expect(other.healthy()).toBe(false);
+    await expect(collect(other.generate({ id: 'after', promptIds: [1], params: greedy(1) }))).rejects.toThrow(/engine was closed/);
+  });
+
   it('fails to start with a clear error for a missing checkpoint', async () => {
     await expect(EngineClient.start({ ...options, model: '/nonexistent/model' })).rejects.toThrow(/nonexistent/);
   });

@@ -6,6 +6,7 @@ import { ALL_TARGETS } from '../../lib/lora/adapter.js';
 import { beforeAll, describe, expect, it } from 'vitest';
 
 import type { Engine } from '../../lib/engine/engine.js';
+import type { RequestOutput } from '../../lib/engine/types.js';
 import { locateModule } from '../../lib/checkpoint/locate.js';
 import { engine, greedy, prompts, runAll, tinyModel } from '../engine/helpers.js';
 import { writeAdapter, type ModuleSpec } from './make_adapter.js';
@@ -183,4 +184,34 @@ describe('refused adapters change nothing', () => {
       expect(out.get('run')!.tokens).toEqual((await alone(ps[1], 'qv', 4)).slice(1));
     });
   }
+});
+
+describe('an adapter whose files go away', () => {
+  it('ends only its requests, with the reason, and is tried again later', async () => {
+    const { cpSync, renameSync, mkdtempSync } = await import('node:fs');
+    const { tmpdir } = await import('node:os');
+    const copy = join(mkdtempSync(join(tmpdir(), 'mstar-gone-')), 'qv');
+    cpSync(dirs.qv, copy, { recursive: true });
+    const e = engine({ lora: { slots: 1, maxRank: 8, hostCache: 1, targets: TARGETS } });
+    await e.loadAdapter('qv', copy);
+    await e.loadAdapter('mlp', dirs.mlp);  // the host cache (1) now holds only mlp
+    renameSync(copy, `${copy}.moved`);
+    e.add({ id: 'qv', promptIds: ps[0], params: greedy(3), adapter: 'qv' });
+    e.add({ id: 'base', promptIds: ps[1], params: greedy(3) });
+    const outs = new Map<string, RequestOutput[]>();
+    for (let guard = 0; e.hasWork() && guard < 1000; guard++) {
+      for (const o of e.step()) outs.set(o.id, [...(outs.get(o.id) ?? []), o]);
+      await new Promise((r) => setImmediate(r));
+    }
+    expect(outs.get('qv')!.at(-1)).toMatchObject({ finishReason: 'abort', error: expect.stringMatching(/could not be read back/) });
+    expect(outs.get('base')!.flatMap((o) => o.newTokenIds)).toHaveLength(3);
+    renameSync(`${copy}.moved`, copy);  // the disk recovers: the next request reads it again
+    e.add({ id: 'again', promptIds: ps[0], params: greedy(3), adapter: 'qv' });
+    const again: number[] = [];
+    for (let guard = 0; e.hasWork() && guard < 1000; guard++) {
+      for (const o of e.step()) again.push(...o.newTokenIds);
+      await new Promise((r) => setImmediate(r));
+    }
+    expect(again).toEqual(await alone(ps[0], 'qv', 3));
+  });
 });

@@ -36,6 +36,14 @@ describe('GET /health', () => {
     expect(res.statusCode).toBe(200);
     expect(res.body).toBe('');
   });
+
+  it('answers 503 once the engine has died', async () => {
+    const server = makeServer();
+    Object.assign(server.engine, { healthy: () => false });
+    const res = await server.app.inject({ method: 'GET', url: '/health' });
+    expect(res.statusCode).toBe(503);
+    expect(res.json().error.message).toMatch(/engine is not running/);
+  });
 });
 
 describe('GET /metrics', () => {

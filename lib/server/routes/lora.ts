@@ -4,7 +4,7 @@
 import type { FastifyInstance } from 'fastify';
 
 import type { ServerContext } from '../context.js';
-import { ApiError, invalidRequest } from '../errors.js';
+import { ApiError, internalError, invalidRequest } from '../errors.js';
 import { asObject } from '../fields.js';
 
 function requiredString(body: Record<string, unknown>, name: string): string {
@@ -29,6 +29,8 @@ export function registerLora(app: FastifyInstance, ctx: ServerContext): void {
     try {
       await engine.loadAdapter!(name, path);
     } catch (e) {
+      // A refused adapter is the client's to fix; a dead engine is ours.
+      if (engine.healthy?.() === false) throw internalError((e as Error).message);
       throw invalidRequest((e as Error).message, 'lora_path');
     }
     return reply.code(200).type('text/plain').send(`Success: LoRA adapter '${name}' added successfully.`);
