@@ -106,6 +106,11 @@ void copyOnDevice(void* dst, const void* src, size_t bytes) {
   if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()), "cudaMemcpy (device to device)");
 }
 
+void memInfo(size_t* freeBytes, size_t* totalBytes) {
+  stream();  // the context exists from here on
+  check(cudaMemGetInfo(freeBytes, totalBytes), "cudaMemGetInfo");
+}
+
 void synchronize() {
   requireNotCapturing("synchronize");
   if (!gStream) return;  // nothing was ever enqueued

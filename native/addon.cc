@@ -38,6 +38,21 @@ Napi::Value CudaDevices(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// cudaMemInfo(): {free, total} bytes of the device; throws where there is none.
+Napi::Value CudaMemInfo(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  size_t freeBytes = 0, totalBytes = 0;
+  try {
+    gpu::memInfo(&freeBytes, &totalBytes);
+  } catch (const gpu::Error& e) {
+    throw Napi::Error::New(env, std::string("cudaMemInfo: ") + e.what());
+  }
+  Napi::Object o = Napi::Object::New(env);
+  o["free"] = double(freeBytes);
+  o["total"] = double(totalBytes);
+  return o;
+}
+
 // cudaLibraries(): what was loaded at run time: {cublasLt: {loaded, path?, version?, error?}}.
 // Asking loads them (once); never throws.
 Napi::Value CudaLibraries(const Napi::CallbackInfo& info) {
@@ -77,6 +92,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports["buildInfo"] = Napi::Function::New<BuildInfo>(env, "buildInfo");
   exports["cudaDevices"] = Napi::Function::New<CudaDevices>(env, "cudaDevices");
   exports["cudaLibraries"] = Napi::Function::New<CudaLibraries>(env, "cudaLibraries");
+  exports["cudaMemInfo"] = Napi::Function::New<CudaMemInfo>(env, "cudaMemInfo");
   exports["synchronize"] = Napi::Function::New<Synchronize>(env, "synchronize");
   RegisterOps(env, exports);
   RegisterLoraOps(env, exports);

@@ -28,6 +28,8 @@ void copyToDevice(void* dst, const void* src, size_t bytes);
 void copyToHost(void* dst, const void* src, size_t bytes);
 void copyOnDevice(void* dst, const void* src, size_t bytes);  // asynchronous
 void synchronize();  // waits for every op enqueued so far (no-op before the first CUDA call)
+// Free and total bytes of the current device (cudaMemGetInfo); throws Error without one.
+void memInfo(size_t* freeBytes, size_t* totalBytes);
 
 // Streams host data to the device through two pinned buffers: fill one while the other
 // copies. Holds a process-wide lock for its lifetime; the destructor waits for the copies.

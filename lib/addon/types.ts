@@ -75,6 +75,8 @@ export interface Binding {
   /** Never throws: {count: 0, error} where CUDA is unusable. */
   cudaDevices(): { count: number; error?: string };
   cudaLibraries(): CudaLibraries;
+  /** Free and total bytes of the CUDA device; throws where there is none. */
+  cudaMemInfo(): { free: number; total: number };
   /** Waits for every op enqueued on the cuda stream (a no-op when nothing was). */
   synchronize(): void;
   /**

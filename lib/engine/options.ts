@@ -1,6 +1,7 @@
 // How the engine is asked to start, and how its KV cache is sized from that.
 import { freemem } from 'node:os';
 
+import { addon } from '../addon/index.js';
 import type { ModelConfig } from '../checkpoint/config.js';
 import { KvCache } from '../models/kv_cache.js';
 import type { Placement } from '../models/placement.js';
@@ -55,6 +56,21 @@ export function profileSetting(env: NodeJS.ProcessEnv = process.env): boolean {
 const CPU_MAX_KV_BYTES = 2 * 2 ** 30;
 const CUDA_MAX_KV_BYTES = 16 * 2 ** 30;
 
+/**
+ * kv_cache.memory_fraction, as vLLM's gpu_memory_utilization: the share of the device's whole
+ * memory the engine may use, less what it uses already (the weights, loaded before this is
+ * asked). On the CPU: that share of the free memory.
+ */
+function memoryShare(fraction: number, cuda: boolean): number {
+  if (!cuda) return fraction * freemem();
+  const { free, total } = addon.cudaMemInfo();
+  const bytes = fraction * total - (total - free);
+  if (bytes <= 0) {
+    throw new Error(`kv_cache.memory_fraction ${fraction} leaves no room for the KV cache: ${((total - free) / 2 ** 30).toFixed(1)} of ${(total / 2 ** 30).toFixed(1)} GiB are in use already`);
+  }
+  return bytes;
+}
+
 export function engineLimits(config: ModelConfig, o: EngineOptions, placement: Placement): EngineLimits {
   const maxModelLen = o.maxModelLen ?? config.maxPositionEmbeddings;
   if (maxModelLen > config.maxPositionEmbeddings) {
@@ -63,11 +79,8 @@ export function engineLimits(config: ModelConfig, o: EngineOptions, placement: P
   const blockSize = o.kvCache.blockSize;
   const perToken = KvCache.bytesPerToken(config, placement);
   const cuda = placement.device === 'cuda';
-  if (cuda && o.kvCache.memoryFraction !== undefined && o.kvCache.numBlocks === undefined) {
-    throw new Error('kv_cache.memory_fraction is not supported on cuda yet: set kv_cache.num_blocks');
-  }
   const bytes = o.kvCache.memoryFraction !== undefined
-    ? o.kvCache.memoryFraction * freemem()
+    ? memoryShare(o.kvCache.memoryFraction, cuda)
     : Math.min(cuda ? CUDA_MAX_KV_BYTES : Math.min(CPU_MAX_KV_BYTES, freemem() / 4), o.maxBatchSize * maxModelLen * perToken);
   const numBlocks = o.kvCache.numBlocks ?? Math.floor(bytes / (perToken * blockSize));
   if (numBlocks < 1) throw new Error(`the KV cache has room for no block of ${blockSize} tokens`);

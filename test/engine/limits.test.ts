@@ -22,3 +22,10 @@ describe('engineLimits', () => {
     expect(() => engineLimits(config, { ...base, maxModelLen: 300 }, CPU)).toThrow(/above the model's max_position_embeddings \(256\)/);
   });
 });
+
+describe('kv_cache.memory_fraction', () => {
+  it('takes that share of free memory on the cpu', () => {
+    const limits = engineLimits(tinyModel().config, { ...base, kvCache: { blockSize: 16, memoryFraction: 0.001 } }, CPU);
+    expect(limits.numBlocks).toBeGreaterThan(0);
+  });
+});
