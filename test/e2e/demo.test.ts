@@ -22,6 +22,21 @@ describe('the embedded demo model', () => {
   });
   afterAll(() => s.close());
 
+  it('chats through the checkpoint template; shout answers in capitals and stops at <|im_end|>', async () => {
+    const ask = async (model: string) => {
+      const res = await s.post('/v1/chat/completions', {
+        model, messages: [{ role: 'user', content: 'Permission is hereby granted' }], max_tokens: 200, temperature: 0,
+      });
+      return (await res.json()) as { choices: { message: { content: string }; finish_reason: string }[] };
+    };
+    const shout = await ask('shout');
+    expect(shout.choices[0].finish_reason).toBe('stop');
+    // transformers' greedy answer, logged by train_demo.py on the H200, starts like this:
+    expect(shout.choices[0].message.content).toMatch(/^PERMISSION IS HEREBY GRANTED, FREE OF CHARGE, TO ANY PERSON OBTAINING A COPY/);
+    const base = await ask('mstar-demo');
+    expect(base.choices[0].message.content).toMatch(/^Permission is hereby granted, free of charge, to any person obtaining a copy/);
+  });
+
   for (const model of Object.keys(HF)) {
     it(`${model} continues the MIT grant as transformers did`, async () => {
       const res = await s.post('/v1/completions', { model, prompt: 'Permission is hereby granted', max_tokens: 40, temperature: 0 });
