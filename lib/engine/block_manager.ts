@@ -50,6 +50,7 @@ export class BlockManager {
     }
     for (const b of blocks) this.take(b);
     seq.blocks = blocks;
+    seq.registeredBlocks = blocks.length;  // found by their hashes: registered already
     return blocks.length * this.blockSize;
   }
 
@@ -77,8 +78,9 @@ export class BlockManager {
   registerFull(seq: Sequence, salt: string): void {
     if (!this.prefixCache) return;
     const full = Math.floor(seq.numComputed / this.blockSize);
+    if (full <= seq.registeredBlocks) return;  // nothing newly full since the last step
     this.extendHashes(seq, full, salt);
-    for (let i = 0; i < full; i++) {
+    for (let i = seq.registeredBlocks; i < full; i++) {
       const b = seq.blocks[i];
       if (this.hashOf[b] !== undefined) continue;
       const h = seq.blockHashes[i];
@@ -86,6 +88,7 @@ export class BlockManager {
       this.hashOf[b] = h;
       this.byHash.set(h, b);
     }
+    seq.registeredBlocks = full;
   }
 
   /** Drops the sequence's references; unreferenced blocks become free (cached ones stay findable). */
@@ -96,6 +99,7 @@ export class BlockManager {
       if (--this.refs[b] === 0) this.free.add(b);
     }
     seq.blocks = [];
+    seq.registeredBlocks = 0;
   }
 
   private take(b: number): void {

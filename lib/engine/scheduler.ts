@@ -94,7 +94,10 @@ export class Scheduler {
         break;
       }
       this.waiting.splice(i, 1);
-      if (seq.outputIds.length === 0) this.blocks.countLookup(seq.promptIds.length, seq.cachedPromptTokens);
+      if (!seq.lookupCounted) {
+        seq.lookupCounted = true;
+        this.blocks.countLookup(seq.promptIds.length, seq.cachedPromptTokens);
+      }
       seq.status = 'running';
       this.running.push(seq);
       out.push(this.entry(seq, count));

@@ -14,6 +14,10 @@ export class Sequence {
   cachedPromptTokens = 0;
   /** Prefix-cache hashes of this sequence's full blocks (computed lazily, kept across preemption). */
   blockHashes: string[] = [];
+  /** Leading blocks already offered to the prefix cache. */
+  registeredBlocks = 0;
+  /** Whether the prompt's prefix-cache lookup was counted (once per request). */
+  lookupCounted = false;
   /** The seed the sampler uses (the request's, or a random one). */
   readonly seed: bigint;
   /** The adapter's registration key (null: base model) and the slot pinned while running. */
