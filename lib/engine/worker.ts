@@ -64,17 +64,20 @@ function loop(): void {
     return;
   }
   const stepsBefore = engine.stats().steps;
+  let ran = false;
   try {
     const outputs = engine.step();
-    if (outputs.length > 0 || engine.stats().steps !== stepsBefore) send({ type: 'outputs', outputs, stats: engine.stats() });
+    const stats = engine.stats();  // once per step: it walks the waiting list
+    ran = stats.steps !== stepsBefore;
+    if (outputs.length > 0 || ran) send({ type: 'outputs', outputs, stats });
   } catch (e) {
     send({ type: 'fatal', message: `engine step failed: ${(e as Error).stack ?? e}` });
     process.exit(1);
   }
   // Nothing could run (every waiting request waits for an adapter coming off the disk):
   // poll gently instead of spinning.
-  if (engine.stats().steps === stepsBefore) setTimeout(loop, 1);
-  else setImmediate(loop);
+  if (ran) setImmediate(loop);
+  else setTimeout(loop, 1);
 }
 
 port.on('message', (m: ToEngine) => {
