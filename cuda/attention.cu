@@ -1,15 +1,22 @@
-// Paged causal attention over a block table: one kernel serves prefill, a prefill chunk
-// on top of cached blocks, and decode, all sequences of a step in one launch. A query at
+// Paged causal attention over a block table: one launch serves prefill, a prefill chunk
+// on top of cached blocks, and decode, all sequences of a step together. A query at
 // position p of its sequence sees cache positions 0..p.
 //
 // Grid: (query token, kv head x q-head group, split). A block handles GT query heads
 // that share one kv head (GQA: each K/V row is read once for all of them) over one
-// split of the keys; 4 warps take 32-key chunks in turn. In a chunk every lane owns one
-// key's score (computed by the whole warp, lanes splitting the head dims), so the online
-// softmax costs one exp per key, not per key and dim. Long contexts with few query
-// tokens (decode) are split across blocks (flash-decoding) and merged by a second
-// kernel. The grid depends only on shapes (tokens, heads, block-table width), never on
-// the lengths in device memory, so a captured graph replays for any mix of lengths.
+// split of the keys. Two kernels:
+//  - streamKernel (head dims 64/128/256 with 16-byte rows): a key row is read by a group
+//    of lanes with one 16-byte load each, so a warp holds several keys, and U rounds of
+//    K and V loads are issued before any of them is used: many rows in flight per warp,
+//    as bandwidth needs. Each lane group keeps its own softmax sums; they merge at the end.
+//  - generalKernel (any head dim): 4 warps take 32-key chunks in turn; in a chunk every
+//    lane owns one key's score (the warp splits the head dims), so the online softmax
+//    costs one exp per key, not per key and dim.
+// Decode has few query tokens, so the keys are split across blocks (flash-decoding) and
+// merged by a third kernel. The grid depends only on shapes (tokens, heads, block-table
+// width), never on the lengths in device memory, so a captured graph replays for any mix
+// of lengths; streamKernel divides each token's actual keys evenly over the splits, so a
+// short context in a wide table still spreads over many blocks.
 #include <cmath>
 
 #include "common.cuh"
@@ -18,7 +25,8 @@ namespace mstar::gpu {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kMinSplitKeys = 256;  // no split is shorter than this (its merge would cost more)
+constexpr int kMinSplitKeys = 256;  // generalKernel: no split is shorter (its merge would cost more)
+constexpr int kMinStreamSplitKeys = 32;  // streamKernel: about one round of loads of a block
 constexpr int kMaxSplits = 64;
 
 struct Args {
@@ -54,8 +62,192 @@ __device__ __forceinline__ void loadDims(float (&dst)[DPL], const C* head, int l
   }
 }
 
+// Where token t's keys are: its sequence (the last s with queryStarts[s] <= t, as the
+// CPU's upper_bound), that sequence's block table, and how many keys it sees.
+struct TokenKeys {
+  const int32_t* table;
+  int64_t count;
+};
+__device__ __forceinline__ TokenKeys keysOf(const Args& p, int64_t t) {
+  int lo = 0, hi = p.numSeqs - 1;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (p.queryStarts[mid] <= t) lo = mid;
+    else hi = mid - 1;
+  }
+  const int64_t qStart = p.queryStarts[lo], qLen = p.queryStarts[lo + 1] - qStart;
+  const int64_t pos = int64_t(p.contextLens[lo]) - qLen + (t - qStart);  // the last key it sees
+  return {p.tables + int64_t(lo) * p.maxBlocks, max(int64_t(0), min(pos + 1, p.maxBlocks * p.blockSize))};
+}
+
+// The cache row of `key`, or -1 where its table entry is outside the cache.
+__device__ __forceinline__ int64_t slotOf(const Args& p, const int32_t* table, int64_t key) {
+  int32_t b = table[key / p.blockSize];
+  return b >= 0 && b < p.numBlocks ? int64_t(b) * p.blockSize + key % p.blockSize : -1;
+}
+
+// The end of both kernels: each warp left its running max, sum of weights and weighted
+// values (W >= headDim per head) in shared memory; merge them and write the output, or
+// this split's partial for combineKernel.
+template <typename T, int GT, int W>
+__device__ void finishBlock(const Args& p, int64_t t, int h0, int split, const float (&sM)[kWarps][GT],
+                            const float (&sL)[kWarps][GT], const float (&sAcc)[kWarps][GT][W]) {
+  const int hd = p.headDim;
+  for (int e = threadIdx.x; e < GT * hd; e += blockDim.x) {
+    int g = e / hd, d = e % hd;
+    float M = -INFINITY;
+#pragma unroll
+    for (int wi = 0; wi < kWarps; ++wi) M = fmaxf(M, sM[wi][g]);
+    float L = 0, O = 0;
+    if (M != -INFINITY) {
+#pragma unroll
+      for (int wi = 0; wi < kWarps; ++wi) {
+        float f = expf(sM[wi][g] - M);
+        L += sL[wi][g] * f;
+        O += sAcc[wi][g][d] * f;
+      }
+    }
+    int h = h0 + g;
+    float o = L > 0 ? O / L : 0.0f;
+    if (p.numSplits == 1) {
+      static_cast<T*>(p.out)[(t * p.numHeads + h) * hd + d] = fromF<T>(o);
+    } else {
+      int64_t at = (t * p.numHeads + h) * p.numSplits + split;
+      p.partO[at * hd + d] = o;
+      if (d == 0) {
+        p.partML[at * 2] = M;
+        p.partML[at * 2 + 1] = L;
+      }
+    }
+  }
+}
+
+// Sum over the lanes of one group of G consecutive lanes (G a power of two).
+template <int G>
+__device__ __forceinline__ float groupSum(float v) {
+#pragma unroll
+  for (int o = G / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Head dim HD with rows of C aligned to 16 bytes: lanes sub = lane % LPK of group
+// lane / LPK hold elements [sub * EPL, sub * EPL + EPL) of one key row.
+template <typename T, typename C, int HD, int GT>
+__global__ __launch_bounds__(kWarps * 32) void streamKernel(Args p) {
+  constexpr int EPL = 16 / int(sizeof(C));  // elements per 16-byte load
+  constexpr int LPK = HD / EPL;             // lanes per key row
+  constexpr int KPW = 32 / LPK;             // keys per warp per load round
+  constexpr int U = GT >= 8 ? 2 : 4;        // load rounds in flight
+  static_assert(LPK <= 32 && 32 % LPK == 0, "a key row must fit one warp");
+  __shared__ float sM[kWarps][GT], sL[kWarps][GT];
+  __shared__ float sAcc[kWarps][GT][HD];
+  const int64_t t = blockIdx.x;
+  const int groups = p.numHeads / p.numKvHeads, blocksPerKv = groups / GT;
+  const int kvh = blockIdx.y / blocksPerKv;
+  const int h0 = kvh * groups + (blockIdx.y % blocksPerKv) * GT;
+  const int split = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane % LPK, grp = lane / LPK;
+
+  const TokenKeys keys = keysOf(p, t);
+  // This split's share of the token's keys: even shares, none shorter than one round.
+  const int64_t share = max(int64_t(kMinStreamSplitKeys), (keys.count + p.numSplits - 1) / p.numSplits);
+  const int64_t kBegin = min(keys.count, split * share), kEnd = min(keys.count, kBegin + share);
+
+  const T* qRow = static_cast<const T*>(p.qkv) + t * p.rowWidth + sub * EPL;
+  float q[GT][EPL];
+#pragma unroll
+  for (int g = 0; g < GT; ++g) {
+    loadVec<T, EPL>(q[g], qRow + int64_t(h0 + g) * HD);
+#pragma unroll
+    for (int i = 0; i < EPL; ++i) q[g][i] *= p.scale;
+  }
+  float m[GT], l[GT], acc[GT][EPL];
+#pragma unroll
+  for (int g = 0; g < GT; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0;
+#pragma unroll
+    for (int i = 0; i < EPL; ++i) acc[g][i] = 0;
+  }
+  const int64_t kvWidth = int64_t(p.numKvHeads) * HD;
+  const C* kBase = static_cast<const C*>(p.k) + int64_t(kvh) * HD + sub * EPL;
+  const C* vBase = static_cast<const C*>(p.v) + int64_t(kvh) * HD + sub * EPL;
+
+  for (int64_t c0 = kBegin + warp * (KPW * U); c0 < kEnd; c0 += kWarps * KPW * U) {
+    // Every load of the round first; masked keys load nothing (unwritten rows may be NaN).
+    uint4 kr[U], vr[U];
+    bool ok[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      int64_t key = c0 + u * KPW + grp;
+      int64_t slot = key < kEnd ? slotOf(p, keys.table, key) : -1;
+      ok[u] = slot >= 0;
+      kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
+      if (ok[u]) {
+        kr[u] = *reinterpret_cast<const uint4*>(kBase + slot * kvWidth);
+        vr[u] = *reinterpret_cast<const uint4*>(vBase + slot * kvWidth);
+      }
+    }
+    float s[U][GT];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const C* e = reinterpret_cast<const C*>(&kr[u]);
+#pragma unroll
+      for (int g = 0; g < GT; ++g) {
+        float d = 0;
+#pragma unroll
+        for (int i = 0; i < EPL; ++i) d += q[g][i] * toF(e[i]);
+        d = groupSum<LPK>(d);
+        s[u][g] = ok[u] ? d : -INFINITY;
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < GT; ++g) {
+      float top = -INFINITY;
+#pragma unroll
+      for (int u = 0; u < U; ++u) top = fmaxf(top, s[u][g]);
+      const float mNew = fmaxf(m[g], warpMax(top));  // the same in every lane of the warp
+      if (mNew == -INFINITY) continue;                // nothing visible yet
+      const float corr = expf(m[g] - mNew);
+      l[g] *= corr;
+#pragma unroll
+      for (int i = 0; i < EPL; ++i) acc[g][i] *= corr;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const float w = expf(s[u][g] - mNew);
+        const C* e = reinterpret_cast<const C*>(&vr[u]);
+        l[g] += w;
+#pragma unroll
+        for (int i = 0; i < EPL; ++i) acc[g][i] += w * toF(e[i]);
+      }
+      m[g] = mNew;
+    }
+  }
+
+  // Sum the lane groups' shares (each group saw other keys under the warp's common max).
+#pragma unroll
+  for (int g = 0; g < GT; ++g) {
+#pragma unroll
+    for (int o = LPK; o < 32; o <<= 1) {
+      l[g] += __shfl_xor_sync(0xffffffffu, l[g], o);
+#pragma unroll
+      for (int i = 0; i < EPL; ++i) acc[g][i] += __shfl_xor_sync(0xffffffffu, acc[g][i], o);
+    }
+    if (lane == 0) {
+      sM[warp][g] = m[g];
+      sL[warp][g] = l[g];
+    }
+    if (grp == 0) {
+#pragma unroll
+      for (int i = 0; i < EPL; ++i) sAcc[warp][g][sub * EPL + i] = acc[g][i];
+    }
+  }
+  __syncthreads();
+  finishBlock<T, GT, HD>(p, t, h0, split, sM, sL, sAcc);
+}
+
 template <typename T, typename C, int DPL, int GT>
-__global__ __launch_bounds__(kWarps * 32) void attentionKernel(Args p, bool vec) {
+__global__ __launch_bounds__(kWarps * 32) void generalKernel(Args p, bool vec) {
   __shared__ float sM[kWarps][GT], sL[kWarps][GT];
   __shared__ float sAcc[kWarps][GT][32 * DPL];
   const int64_t t = blockIdx.x;
@@ -66,18 +258,9 @@ __global__ __launch_bounds__(kWarps * 32) void attentionKernel(Args p, bool vec)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int hd = p.headDim;
 
-  // The sequence of token t: the last s with queryStarts[s] <= t (as the CPU's upper_bound).
-  int lo = 0, hi = p.numSeqs - 1;
-  while (lo < hi) {
-    int mid = (lo + hi + 1) / 2;
-    if (p.queryStarts[mid] <= t) lo = mid;
-    else hi = mid - 1;
-  }
-  const int64_t qStart = p.queryStarts[lo], qLen = p.queryStarts[lo + 1] - qStart;
-  const int64_t pos = int64_t(p.contextLens[lo]) - qLen + (t - qStart);  // the last key it sees
-  const int64_t nKeys = max(int64_t(0), min(pos + 1, p.maxBlocks * p.blockSize));
-  const int64_t kBegin = split * p.splitKeys, kEnd = min(nKeys, kBegin + p.splitKeys);
-  const int32_t* table = p.tables + int64_t(lo) * p.maxBlocks;
+  const TokenKeys keys = keysOf(p, t);
+  const int64_t kBegin = split * p.splitKeys, kEnd = min(keys.count, kBegin + p.splitKeys);
+  const int32_t* table = keys.table;
 
   const T* qRow = static_cast<const T*>(p.qkv) + t * p.rowWidth;
   float q[GT][DPL];
@@ -99,11 +282,7 @@ __global__ __launch_bounds__(kWarps * 32) void attentionKernel(Args p, bool vec)
   for (int64_t c0 = kBegin + warp * 32; c0 < kEnd; c0 += kWarps * 32) {
     // Lane j finds the cache row of key c0 + j; a table entry outside the cache masks it.
     int64_t key = c0 + lane;
-    long long slot = -1;
-    if (key < kEnd) {
-      int32_t b = table[key / p.blockSize];
-      if (b >= 0 && b < p.numBlocks) slot = int64_t(b) * p.blockSize + key % p.blockSize;
-    }
+    long long slot = key < kEnd ? slotOf(p, table, key) : -1;
     const int cn = int(min(int64_t(32), kEnd - c0));
     float s[GT];
 #pragma unroll
@@ -151,7 +330,6 @@ __global__ __launch_bounds__(kWarps * 32) void attentionKernel(Args p, bool vec)
     }
   }
 
-  // Merge the warps' partial softmaxes.
 #pragma unroll
   for (int g = 0; g < GT; ++g) {
     if (lane == 0) {
@@ -162,33 +340,7 @@ __global__ __launch_bounds__(kWarps * 32) void attentionKernel(Args p, bool vec)
     for (int i = 0; i < DPL; ++i) sAcc[warp][g][lane * DPL + i] = acc[g][i];
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < GT * hd; e += blockDim.x) {
-    int g = e / hd, d = e % hd;
-    float M = -INFINITY;
-#pragma unroll
-    for (int wi = 0; wi < kWarps; ++wi) M = fmaxf(M, sM[wi][g]);
-    float L = 0, O = 0;
-    if (M != -INFINITY) {
-#pragma unroll
-      for (int wi = 0; wi < kWarps; ++wi) {
-        float f = expf(sM[wi][g] - M);
-        L += sL[wi][g] * f;
-        O += sAcc[wi][g][d] * f;
-      }
-    }
-    int h = h0 + g;
-    float o = L > 0 ? O / L : 0.0f;
-    if (p.numSplits == 1) {
-      static_cast<T*>(p.out)[(t * p.numHeads + h) * hd + d] = fromF<T>(o);
-    } else {
-      int64_t at = (t * p.numHeads + h) * p.numSplits + split;
-      p.partO[at * hd + d] = o;
-      if (d == 0) {
-        p.partML[at * 2] = M;
-        p.partML[at * 2 + 1] = L;
-      }
-    }
-  }
+  finishBlock<T, GT, 32 * DPL>(p, t, h0, split, sM, sL, sAcc);
 }
 
 // One block per (token, head): weights e^(m_s - M) * l_s over the splits.
@@ -215,13 +367,29 @@ __global__ void combineKernel(T* out, const float* partO, const float* partML, i
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 template <typename T, typename C, int DPL>
-void launchWithGroups(int gt, dim3 grid, const Args& a, bool vec) {
+void launchGeneral(int gt, dim3 grid, const Args& a, bool vec) {
   switch (gt) {
-    case 8: attentionKernel<T, C, DPL, 8><<<grid, kWarps * 32, 0, stream()>>>(a, vec); break;
-    case 4: attentionKernel<T, C, DPL, 4><<<grid, kWarps * 32, 0, stream()>>>(a, vec); break;
-    case 2: attentionKernel<T, C, DPL, 2><<<grid, kWarps * 32, 0, stream()>>>(a, vec); break;
-    default: attentionKernel<T, C, DPL, 1><<<grid, kWarps * 32, 0, stream()>>>(a, vec); break;
+    case 8: generalKernel<T, C, DPL, 8><<<grid, kWarps * 32, 0, stream()>>>(a, vec); break;
+    case 4: generalKernel<T, C, DPL, 4><<<grid, kWarps * 32, 0, stream()>>>(a, vec); break;
+    case 2: generalKernel<T, C, DPL, 2><<<grid, kWarps * 32, 0, stream()>>>(a, vec); break;
+    default: generalKernel<T, C, DPL, 1><<<grid, kWarps * 32, 0, stream()>>>(a, vec); break;
   }
+}
+
+template <typename T, typename C, int HD>
+void launchStream(int gt, dim3 grid, const Args& a) {
+  switch (gt) {
+    case 8: streamKernel<T, C, HD, 8><<<grid, kWarps * 32, 0, stream()>>>(a); break;
+    case 4: streamKernel<T, C, HD, 4><<<grid, kWarps * 32, 0, stream()>>>(a); break;
+    case 2: streamKernel<T, C, HD, 2><<<grid, kWarps * 32, 0, stream()>>>(a); break;
+    default: streamKernel<T, C, HD, 1><<<grid, kWarps * 32, 0, stream()>>>(a); break;
+  }
+}
+
+// streamKernel takes head dims whose row is 4 to 32 16-byte loads (not f32 rows of 256).
+bool streams(int headDim, DType cache) {
+  const int bytes = headDim * int(dtypeSize(cache));
+  return (headDim == 64 || headDim == 128 || headDim == 256) && bytes <= 32 * 16;
 }
 
 }  // namespace
@@ -234,20 +402,25 @@ void pagedAttention(DType act, void* out, const void* qkv, KvCache c, const int3
   const int groups = l.numHeads / l.numKvHeads;
   const int gt = groups % 8 == 0 ? 8 : groups % 4 == 0 ? 4 : groups % 2 == 0 ? 2 : 1;
   const int dpl = l.headDim <= 64 ? 2 : l.headDim <= 128 ? 4 : 8;
-  const bool vec = l.headDim == 32 * dpl && aligned16(qkv) && aligned16(c.k) && aligned16(c.v);
+  const bool aligned = aligned16(qkv) && aligned16(c.k) && aligned16(c.v);
+  const bool streamed = aligned && streams(l.headDim, c.dtype);
+  const bool vec = l.headDim == 32 * dpl && aligned;
 
-  // Split the keys only when there are too few blocks to fill the GPU (decode), and
-  // only as far as each split keeps kMinSplitKeys keys. All of it from shapes.
+  // Split the keys only when there are too few blocks to fill the GPU (decode), and only
+  // as far as each split keeps its minimum of keys. All of it from shapes.
   const int64_t maxKeys = maxBlocks * c.blockSize;
+  const int64_t minKeys = streamed ? kMinStreamSplitKeys : kMinSplitKeys;
   const int64_t blocks = numTokens * l.numKvHeads * (groups / gt);
   int64_t splits = 1;
-  if (maxKeys > kMinSplitKeys) {
+  if (maxKeys > minKeys) {
     int64_t want = (int64_t(smCount()) * 4 + blocks - 1) / blocks;
-    int64_t most = std::min<int64_t>(kMaxSplits, (maxKeys + kMinSplitKeys - 1) / kMinSplitKeys);
+    int64_t most = std::min<int64_t>(kMaxSplits, (maxKeys + minKeys - 1) / minKeys);
     splits = std::max<int64_t>(1, std::min(want, most));
   }
+  // generalKernel's splits are fixed ranges of splitKeys keys; streamKernel shares out
+  // each token's own keys.
   int64_t splitKeys = std::max<int64_t>(32, ((maxKeys + splits - 1) / splits + 31) / 32 * 32);
-  splits = std::max<int64_t>(1, (maxKeys + splitKeys - 1) / splitKeys);
+  if (!streamed) splits = std::max<int64_t>(1, (maxKeys + splitKeys - 1) / splitKeys);
 
   Args a{out, qkv, c.k, c.v, blockTables, queryStarts, contextLens, int(numSeqs), maxBlocks, c.numBlocks,
          int(c.blockSize), l.numHeads, l.numKvHeads, l.headDim, l.rowWidth(), scale, int(splits), splitKeys,
@@ -263,9 +436,13 @@ void pagedAttention(DType act, void* out, const void* qkv, KvCache c, const int3
     withAct(c.dtype, [&](auto ct) {
       using T = decltype(tt);
       using C = decltype(ct);
-      if (dpl == 2) launchWithGroups<T, C, 2>(gt, grid, a, vec);
-      else if (dpl == 4) launchWithGroups<T, C, 4>(gt, grid, a, vec);
-      else launchWithGroups<T, C, 8>(gt, grid, a, vec);
+      if (streamed && l.headDim == 64) launchStream<T, C, 64>(gt, grid, a);
+      else if (streamed && l.headDim == 128) launchStream<T, C, 128>(gt, grid, a);
+      else if (streamed && l.headDim == 256) {
+        if constexpr (sizeof(C) == 2) launchStream<T, C, 256>(gt, grid, a);
+      } else if (dpl == 2) launchGeneral<T, C, 2>(gt, grid, a, vec);
+      else if (dpl == 4) launchGeneral<T, C, 4>(gt, grid, a, vec);
+      else launchGeneral<T, C, 8>(gt, grid, a, vec);
       checkLaunch("pagedAttention kernel");
       if (splits > 1) {
         dim3 cgrid(unsigned(numTokens), unsigned(l.numHeads));

@@ -1,7 +1,8 @@
 // kvWrite and pagedAttention on CUDA against the CPU backend: prefill, chunked prefill
 // and decode mixed in one call, shuffled non-contiguous block tables with padding, GQA
 // group sizes 1 to 8, head dims from 8 to 256, f32 or bf16 activations and caches, and
-// contexts long enough that decode splits the keys across blocks.
+// contexts long enough that decode splits the keys across blocks. Head dims 64, 128 and 256
+// take the streaming kernel (f32 caches of 256 excepted), the others the general one.
 import { describe, it } from 'vitest';
 
 import { ACTS, addon, describeGpu, expectClose, expectSame, floats, i32, onCpu, onCuda, Rng, rounded, tol, type Act } from './helpers.js';
@@ -17,11 +18,11 @@ interface Layout {
 }
 
 /** Blocks from a shuffled pool with spares; columns past a sequence's last block are -1. */
-function allocate(rng: Rng, seqs: Seq[], blockSize: number) {
+function allocate(rng: Rng, seqs: Seq[], blockSize: number, spareColumns: number) {
   const needed = seqs.map((s) => Math.ceil((s.cached + s.fresh) / blockSize));
   const numBlocks = needed.reduce((a, b) => a + b, 0) + 3;
   const pool = rng.shuffle(Array.from({ length: numBlocks }, (_, i) => i));
-  const maxBlocks = Math.max(...needed) + 1;
+  const maxBlocks = Math.max(...needed) + spareColumns;
   const tables = needed.map((count) => [...pool.splice(0, count), ...new Array(maxBlocks - count).fill(-1)]);
   const slot = (s: number, pos: number) => tables[s][Math.floor(pos / blockSize)] * blockSize + (pos % blockSize);
   return { numBlocks, maxBlocks, tables, slot };
@@ -31,10 +32,10 @@ function allocate(rng: Rng, seqs: Seq[], blockSize: number) {
  * One engine step on a device: the cached tokens are written first, then the fresh ones,
  * then attention of the fresh tokens. Returns the output and the caches.
  */
-function step(dev: 'cpu' | 'cuda', act: Act, cacheDtype: Act, seqs: Seq[], blockSize: number, l: Layout, seed: number) {
+function step(dev: 'cpu' | 'cuda', act: Act, cacheDtype: Act, seqs: Seq[], blockSize: number, l: Layout, seed: number, spareColumns: number) {
   const rng = new Rng(seed);
   const width = (l.numHeads + 2 * l.numKvHeads) * l.headDim;
-  const { numBlocks, maxBlocks, tables, slot } = allocate(rng, seqs, blockSize);
+  const { numBlocks, maxBlocks, tables, slot } = allocate(rng, seqs, blockSize, spareColumns);
   const oldTokens = seqs.reduce((a, s) => a + s.cached, 0);
   const newTokens = seqs.reduce((a, s) => a + s.fresh, 0);
   // Values rounded to bf16 whenever either side stores bf16, so both backends see the same.
@@ -74,7 +75,8 @@ const LAYOUTS: Layout[] = [
   { numHeads: 8, numKvHeads: 4, headDim: 256 },   // Qwen3.5's head dim
 ];
 
-const BATCHES: [string, Seq[], number][] = [
+// [name, sequences, block size, table columns past the longest sequence's blocks]
+const BATCHES: [string, Seq[], number, number?][] = [
   ['prefill', [{ cached: 0, fresh: 5 }, { cached: 0, fresh: 17 }, { cached: 0, fresh: 1 }], 4],
   ['chunked prefill on cached blocks', [{ cached: 8, fresh: 5 }, { cached: 3, fresh: 9 }], 16],
   ['decode', [{ cached: 30, fresh: 1 }, { cached: 7, fresh: 1 }, { cached: 100, fresh: 1 }], 16],
@@ -82,16 +84,19 @@ const BATCHES: [string, Seq[], number][] = [
   ['block size 1', [{ cached: 6, fresh: 3 }, { cached: 0, fresh: 4 }], 1],
   ['long decode, split across blocks', [{ cached: 3000, fresh: 1 }, { cached: 1500, fresh: 1 }, { cached: 40, fresh: 1 }], 16],
   ['long prefill chunk', [{ cached: 1200, fresh: 40 }], 32],
+  // A captured decode graph's table is as wide as the longest context allowed: short
+  // contexts in it still split across blocks by their own lengths.
+  ['short decode in a wide table', [{ cached: 170, fresh: 1 }, { cached: 2, fresh: 1 }, { cached: 33, fresh: 1 }], 16, 2000],
 ];
 
 describeGpu('cuda paged attention', () => {
   describe.each(LAYOUTS)('$numHeads q heads, $numKvHeads kv heads, headDim $headDim', (l) => {
     describe.each(ACTS)('%s activations', (act) => {
-      it.each(BATCHES)('%s', (_name, seqs, blockSize) => {
+      it.each(BATCHES)('%s', (_name, seqs, blockSize, spareColumns = 1) => {
         for (const cacheDtype of ACTS) {
           const seed = l.numHeads * 1000 + l.headDim + blockSize;
-          const want = step('cpu', act, cacheDtype, seqs, blockSize, l, seed);
-          const got = step('cuda', act, cacheDtype, seqs, blockSize, l, seed);
+          const want = step('cpu', act, cacheDtype, seqs, blockSize, l, seed, spareColumns);
+          const got = step('cuda', act, cacheDtype, seqs, blockSize, l, seed, spareColumns);
           // The caches hold the same values (NaN where never written).
           expectSame(got.k, rounded(cacheDtype, want.k));
           expectSame(got.v, rounded(cacheDtype, want.v));
