@@ -36,6 +36,9 @@ void add(DType act, void* out, const void* a, const void* b, int64_t n);
 void gatherRows(DType act, void* out, const void* x, int64_t xRows, const int32_t* idx, int64_t m, int64_t dim);
 
 void kvWrite(DType act, KvCache c, const void* qkv, const int32_t* slots, int64_t n, HeadLayout l);
+// headRmsNorm (when qNorm and kNorm are given), rope, then kvWrite, in one launch.
+void ropeKvWrite(DType act, void* qkv, const int32_t* positions, const float* invFreq, int half, const Weights* qNorm,
+                 const Weights* kNorm, float eps, KvCache c, const int32_t* slots, int64_t n, HeadLayout l);
 // numTokens = rows of qkv; queryStarts has numSeqs + 1 entries (in device memory).
 void pagedAttention(DType act, void* out, const void* qkv, KvCache c, const int32_t* blockTables, int64_t maxBlocks,
                     const int32_t* queryStarts, const int32_t* contextLens, int64_t numSeqs, int64_t numTokens,

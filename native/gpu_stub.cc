@@ -53,6 +53,10 @@ void siluMul(DType, void*, const void*, int64_t, int64_t) { none(); }
 void add(DType, void*, const void*, const void*, int64_t) { none(); }
 void gatherRows(DType, void*, const void*, int64_t, const int32_t*, int64_t, int64_t) { none(); }
 void kvWrite(DType, KvCache, const void*, const int32_t*, int64_t, HeadLayout) { none(); }
+void ropeKvWrite(DType, void*, const int32_t*, const float*, int, const Weights*, const Weights*, float, KvCache, const int32_t*,
+                 int64_t, HeadLayout) {
+  none();
+}
 void pagedAttention(DType, void*, const void*, KvCache, const int32_t*, int64_t, const int32_t*, const int32_t*,
                     int64_t, int64_t, HeadLayout, float) {
   none();

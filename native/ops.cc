@@ -57,6 +57,37 @@ cpu::KvCache cpuCache(const gpu::KvCache& c) {
   return {static_cast<float*>(c.k), static_cast<float*>(c.v), c.numBlocks, c.blockSize};
 }
 
+void expectHeadNorms(const OpArgs& a, const Tensor& qw, const Tensor& kw, cpu::HeadLayout l) {
+  a.expectFloat(qw, "qWeight");
+  a.expectShape(qw, {l.headDim}, "qWeight");
+  a.expectShape(kw, {l.headDim}, "kWeight");
+  a.expect(kw.dtype() == qw.dtype(), "qWeight and kWeight must share a dtype");
+}
+
+// Returns the rotary half (invFreq's length).
+int expectRope(const OpArgs& a, const Tensor& qkv, const Tensor& pos, const Tensor& inv, cpu::HeadLayout l) {
+  a.expectDType(pos, DType::I32, "positions");
+  a.expectShape(pos, {qkv.dim(0)}, "positions");
+  a.expectDType(inv, DType::F32, "invFreq");
+  a.expectRank(inv, 1, "invFreq");
+  a.expect(inv.dim(0) >= 1 && 2 * inv.dim(0) <= l.headDim,
+           "invFreq has " + std::to_string(inv.dim(0)) + " entries; the rotary dims (2x that) must fit in headDim " +
+               std::to_string(l.headDim));
+  return int(inv.dim(0));
+}
+
+// Slots live in device memory on CUDA (the kernel skips those past the cache); on the
+// CPU each is checked.
+void expectSlots(const OpArgs& a, const Tensor& slots, const Tensor& qkv, const gpu::KvCache& c) {
+  a.expectDType(slots, DType::I32, "slots");
+  a.expectShape(slots, {qkv.dim(0)}, "slots");
+  if (slots.device() != Device::CPU) return;
+  const int32_t* s = slots.ptr<int32_t>();
+  for (int64_t i = 0; i < slots.numel(); ++i)
+    a.expect(s[i] < c.numBlocks * c.blockSize, "slots[" + std::to_string(i) + "] = " + std::to_string(s[i]) +
+                                                   " is past the cache's " + std::to_string(c.numBlocks * c.blockSize) + " slots");
+}
+
 Napi::Value Embedding(const Napi::CallbackInfo& info) {
   OpArgs a(info, "embedding");
   Tensor &out = a.tensor(0, "out"), &table = a.tensor(1, "table"), &ids = a.tensor(2, "ids");
@@ -122,10 +153,7 @@ Napi::Value HeadRmsNorm(const Napi::CallbackInfo& info) {
   float eps = float(a.number(6, "eps"));
   bool cuda = a.oneDevice();
   DType act = expectQkv(a, qkv, l);
-  a.expectFloat(qw, "qWeight");
-  a.expectShape(qw, {l.headDim}, "qWeight");
-  a.expectShape(kw, {l.headDim}, "kWeight");
-  a.expect(kw.dtype() == qw.dtype(), "qWeight and kWeight must share a dtype");
+  expectHeadNorms(a, qw, kw, l);
   if (cuda) a.run([&] { gpu::headRmsNorm(act, qkv.data(), a.weights(qw), a.weights(kw), qkv.dim(0), l, eps); });
   else cpu::headRmsNorm(qkv.ptr<float>(), a.weights(qw), a.weights(kw), qkv.dim(0), l, eps);
   return info.Env().Undefined();
@@ -163,17 +191,9 @@ Napi::Value Rope(const Napi::CallbackInfo& info) {
   cpu::HeadLayout l = headLayout(a, 3);
   bool cuda = a.oneDevice();
   DType act = expectQkv(a, qkv, l);
-  a.expectDType(pos, DType::I32, "positions");
-  a.expectShape(pos, {qkv.dim(0)}, "positions");
-  a.expectDType(inv, DType::F32, "invFreq");
-  a.expectRank(inv, 1, "invFreq");
-  a.expect(inv.dim(0) >= 1 && 2 * inv.dim(0) <= l.headDim,
-           "invFreq has " + std::to_string(inv.dim(0)) + " entries; the rotary dims (2x that) must fit in headDim " +
-               std::to_string(l.headDim));
-  if (cuda)
-    a.run([&] { gpu::rope(act, qkv.data(), pos.ptr<int32_t>(), inv.ptr<float>(), qkv.dim(0), l, int(inv.dim(0))); });
-  else
-    cpu::rope(qkv.ptr<float>(), pos.ptr<int32_t>(), inv.ptr<float>(), qkv.dim(0), l, int(inv.dim(0)));
+  int half = expectRope(a, qkv, pos, inv, l);
+  if (cuda) a.run([&] { gpu::rope(act, qkv.data(), pos.ptr<int32_t>(), inv.ptr<float>(), qkv.dim(0), l, half); });
+  else cpu::rope(qkv.ptr<float>(), pos.ptr<int32_t>(), inv.ptr<float>(), qkv.dim(0), l, half);
   return info.Env().Undefined();
 }
 
@@ -228,17 +248,44 @@ Napi::Value KvWrite(const Napi::CallbackInfo& info) {
   bool cuda = a.oneDevice();
   gpu::KvCache c = kvCache(a, k, v, l, cuda);
   DType act = expectQkv(a, qkv, l);
-  a.expectDType(slots, DType::I32, "slots");
-  a.expectShape(slots, {qkv.dim(0)}, "slots");
+  expectSlots(a, slots, qkv, c);
+  if (cuda) a.run([&] { gpu::kvWrite(act, c, qkv.data(), slots.ptr<int32_t>(), qkv.dim(0), l); });
+  else cpu::kvWrite(cpuCache(c), qkv.ptr<float>(), slots.ptr<int32_t>(), qkv.dim(0), l);
+  return info.Env().Undefined();
+}
+
+// headRmsNorm (with both norm weights, or neither), rope and kvWrite as one op.
+Napi::Value RopeKvWrite(const Napi::CallbackInfo& info) {
+  OpArgs a(info, "ropeKvWrite");
+  Tensor &qkv = a.tensor(0, "qkv"), &pos = a.tensor(1, "positions"), &inv = a.tensor(2, "invFreq");
+  Tensor &k = a.tensor(3, "kCache"), &v = a.tensor(4, "vCache"), &slots = a.tensor(5, "slots");
+  Tensor *qw = a.optionalTensor(6, "qWeight"), *kw = a.optionalTensor(7, "kWeight");
+  cpu::HeadLayout l = headLayout(a, 8);
+  float eps = float(a.number(11, "eps"));
+  bool cuda = a.oneDevice();
+  gpu::KvCache c = kvCache(a, k, v, l, cuda);
+  DType act = expectQkv(a, qkv, l);
+  int half = expectRope(a, qkv, pos, inv, l);
+  expectSlots(a, slots, qkv, c);
+  a.expect((qw == nullptr) == (kw == nullptr), "qWeight and kWeight must be given together");
+  cpu::Weights qn{}, kn{};
+  if (qw) {
+    expectHeadNorms(a, *qw, *kw, l);
+    qn = a.weights(*qw);
+    kn = a.weights(*kw);
+  }
+  const int32_t* p = pos.ptr<int32_t>();
   if (cuda) {
-    a.run([&] { gpu::kvWrite(act, c, qkv.data(), slots.ptr<int32_t>(), qkv.dim(0), l); });
+    a.run([&] {
+      gpu::ropeKvWrite(act, qkv.data(), p, inv.ptr<float>(), half, qw ? &qn : nullptr, kw ? &kn : nullptr, eps, c,
+                       slots.ptr<int32_t>(), qkv.dim(0), l);
+    });
     return info.Env().Undefined();
   }
-  const int32_t* s = slots.ptr<int32_t>();
-  for (int64_t i = 0; i < slots.numel(); ++i)
-    a.expect(s[i] < c.numBlocks * c.blockSize, "slots[" + std::to_string(i) + "] = " + std::to_string(s[i]) +
-                                                   " is past the cache's " + std::to_string(c.numBlocks * c.blockSize) + " slots");
-  cpu::kvWrite(cpuCache(c), qkv.ptr<float>(), s, qkv.dim(0), l);
+  float* x = qkv.ptr<float>();
+  if (qw) cpu::headRmsNorm(x, qn, kn, qkv.dim(0), l, eps);
+  cpu::rope(x, p, inv.ptr<float>(), qkv.dim(0), l, half);
+  cpu::kvWrite(cpuCache(c), x, slots.ptr<int32_t>(), qkv.dim(0), l);
   return info.Env().Undefined();
 }
 
@@ -354,6 +401,7 @@ void RegisterOps(Napi::Env env, Napi::Object exports) {
   exports["add"] = Napi::Function::New<Add>(env, "add");
   exports["gatherRows"] = Napi::Function::New<GatherRows>(env, "gatherRows");
   exports["kvWrite"] = Napi::Function::New<KvWrite>(env, "kvWrite");
+  exports["ropeKvWrite"] = Napi::Function::New<RopeKvWrite>(env, "ropeKvWrite");
   exports["pagedAttention"] = Napi::Function::New<PagedAttention>(env, "pagedAttention");
   exports["sample"] = Napi::Function::New<Sample>(env, "sample");
   exports["logprobs"] = Napi::Function::New<Logprobs>(env, "logprobs");

@@ -102,6 +102,11 @@ export interface Binding {
   add(out: Tensor, a: Tensor, b: Tensor): void;
   gatherRows(out: Tensor, x: Tensor, indices: Tensor): void;
   kvWrite(kCache: Tensor, vCache: Tensor, qkv: Tensor, slots: Tensor, numHeads: number, numKvHeads: number, headDim: number): void;
+  /** headRmsNorm (when both weights are given), rope, then kvWrite: one launch on CUDA. */
+  ropeKvWrite(
+    qkv: Tensor, positions: Tensor, invFreq: Tensor, kCache: Tensor, vCache: Tensor, slots: Tensor,
+    qWeight: Tensor | null, kWeight: Tensor | null, numHeads: number, numKvHeads: number, headDim: number, eps: number,
+  ): void;
   pagedAttention(
     out: Tensor, qkv: Tensor, kCache: Tensor, vCache: Tensor, blockTables: Tensor, queryStarts: Tensor,
     contextLens: Tensor, numHeads: number, numKvHeads: number, headDim: number, scale: number,

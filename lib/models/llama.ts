@@ -35,8 +35,10 @@ export class LlamaModel {
     return this.weights.get(`${name}.bias`) ?? null;
   }
 
-  /** Hook between the qkv projection and RoPE (Qwen3 normalises q and k heads here). */
-  protected normalizeQk(_qkv: Tensor, _layer: number): void {}
+  /** Per-head RMSNorm weights for q and k, applied before RoPE (Qwen3), or null. */
+  protected qkNorms(_layer: number): [Tensor, Tensor] | null {
+    return null;
+  }
 
   /**
    * Runs one step and returns logits [logitRows, vocab] in the activation dtype. With a
@@ -74,9 +76,8 @@ export class LlamaModel {
       if (l > 0) addon.addRmsNorm(residual, delta, this.w(`${p}.attn_norm`), c.rmsNormEps, x);
       addon.linear(qkv, x, this.w(`${p}.qkv`), this.bias(`${p}.qkv`));
       withLora(`${p}.qkv`, qkv, x);
-      this.normalizeQk(qkv, l);
-      addon.rope(qkv, step.positions, this.invFreq, H, K, hd);
-      addon.kvWrite(kv.k[l], kv.v[l], qkv, step.slots, H, K, hd);
+      const [qNorm, kNorm] = this.qkNorms(l) ?? [null, null];
+      addon.ropeKvWrite(qkv, step.positions, this.invFreq, kv.k[l], kv.v[l], step.slots, qNorm, kNorm, H, K, hd, c.rmsNormEps);
       addon.pagedAttention(attn, qkv, kv.k[l], kv.v[l], step.blockTables, step.queryStarts, step.contextLens, H, K, hd, this.scale);
       addon.linear(delta, attn, this.w(`${p}.o`), this.bias(`${p}.o`));
       withLora(`${p}.o`, delta, attn);

@@ -113,6 +113,50 @@ describeGpu('cuda row ops', () => {
       expectClose(floats(cuda), floats(cpu), tol(act, false));
     });
 
+    // The fused prologue gives the bits of headRmsNorm + rope + kvWrite on CUDA, and the
+    // CPU's values within tolerance; padding slots (-1) and slots past the cache are skipped.
+    it.each([[4, 2, 8, 4], [16, 8, 128, 64], [3, 1, 33, 8], [8, 2, 256, 128], [2, 2, 64, 16]])(
+      'ropeKvWrite, %i q heads, %i kv heads, headDim %i, %i frequencies', (h, kv, hd, half) => {
+        const rng = new Rng(7 * h + kv + hd + half);
+        const n = 9, blockSize = 4, numBlocks = 5;
+        const width = (h + 2 * kv) * hd;
+        const data = rounded(act, rng.floats(n * width, -2, 2));
+        const positions = rng.ints(n, 0, 8192);
+        const slots = [0, 19, -1, 7, 3, 100, 12, 1, 2];
+        const inv = Float32Array.from({ length: half }, (_, i) => Math.pow(10000, (-2 * i) / (2 * half)));
+        const qn = rng.floats(hd, 0.5, 1.5), kn = rng.floats(hd, 0.5, 1.5);
+        for (const cacheDtype of ACTS) {
+          for (const norms of [false, true]) {
+            const cacheShape = [numBlocks, blockSize, kv, hd];
+            const zeros = new Float32Array(numBlocks * blockSize * kv * hd);
+            const run = (dev: 'cpu' | 'cuda', fused: boolean) => {
+              const t = (dtype: Act | 'i32', shape: number[], d: ArrayLike<number>) =>
+                dev === 'cpu' ? (dtype === 'i32' ? i32(shape, d) : onCpu(shape, d)) : onCuda(dtype, shape, d);
+              const qkv = t(act, [n, width], data);
+              const k = t(cacheDtype, cacheShape, zeros), v = t(cacheDtype, cacheShape, zeros);
+              const pos = t('i32', [n], positions), sl = t('i32', [n], dev === 'cpu' ? slots.map((x) => (x >= 20 ? -1 : x)) : slots);
+              const invT = t('f32', [half], inv);
+              const qw = norms ? t('f32', [hd], qn) : null, kw = norms ? t('f32', [hd], kn) : null;
+              if (fused) {
+                addon.ropeKvWrite(qkv, pos, invT, k, v, sl, qw, kw, h, kv, hd, 1e-6);
+              } else {
+                if (qw && kw) addon.headRmsNorm(qkv, qw, kw, h, kv, hd, 1e-6);
+                addon.rope(qkv, pos, invT, h, kv, hd);
+                addon.kvWrite(k, v, qkv, sl, h, kv, hd);
+              }
+              return { qkv: floats(qkv), k: floats(k), v: floats(v) };
+            };
+            const fused = run('cuda', true), apart = run('cuda', false), cpu = run('cpu', true);
+            expect(fused.qkv).toEqual(apart.qkv);
+            expect(fused.k).toEqual(apart.k);
+            expect(fused.v).toEqual(apart.v);
+            expectClose(fused.qkv, cpu.qkv, tol(act, norms));
+            expectClose(fused.k, rounded(cacheDtype, cpu.k), tol(act === 'bf16' || cacheDtype === 'bf16' ? 'bf16' : 'f32', norms));
+            expectClose(fused.v, rounded(cacheDtype, cpu.v), tol(act === 'bf16' || cacheDtype === 'bf16' ? 'bf16' : 'f32', false));
+          }
+        }
+      });
+
     it.each([[1, 1], [3, 7], [17, 130], [64, 3000]])('siluMul and add, %i rows of %i', (n, inter) => {
       const rng = new Rng(n * inter);
       const gu = act2(act, [n, 2 * inter], rng.floats(n * 2 * inter, -6, 6));
