@@ -1,6 +1,7 @@
 // out[n, outF] = x[n, in] · w[outF, in]ᵀ (+ bias), f32 accumulation.
 //  - n <= 16 (decode): a GEMV that streams each weight row once with 16-byte loads and
-//    applies it to every input row; bound by reading the weights.
+//    applies it to every input row; bound by reading the weights. linearExpand adds the
+//    LoRA expand of each output there, before it is stored (no second pass, no launch).
 //  - larger n with bf16 activations and bf16 weights: cuBLASLt (bf16 x bf16, f32
 //    accumulate, bf16 out), bias added after by a small kernel.
 //  - otherwise (f32 activations, f16/f32 weights, no cuBLASLt): a plain tiled kernel.
@@ -19,9 +20,31 @@ constexpr int kMaxGemvRows = 16;
 // at n = 4, 13-17% at n = 8-16, where every warp re-reads all of x and x ends up served
 // from L2. The fix to try: stage x tiles in shared memory once per block (and then give
 // each warp several output features); 4 features a warp without staging measured slower.
+//
+// The LoRA expand of output feature o for each row's slot, added to the lanes' partial
+// sums before they are reduced: lane k takes rank entries k, k + 32, ...
+template <typename T, int NR>
+__device__ __forceinline__ void addExpand(float (&acc)[NR], const LoraExpandArgs& e, int64_t o, int n, int64_t outF,
+                                          int lane) {
+  int s = 0;
+  while (s < e.numSlices && !(e.sliceStarts[s] <= o && o < e.sliceStarts[s + 1])) ++s;
+  if (s == e.numSlices) return;  // a column outside every slice gets nothing
+  const T* t = static_cast<const T*>(e.t) + s * e.rank;
+#pragma unroll
+  for (int r = 0; r < NR; ++r) {
+    if (r >= n) break;
+    const int32_t slot = e.slotOfRow[r];
+    if (slot <= 0 || slot >= e.numSlots) continue;
+    const int64_t bRow = (int64_t(slot) * outF + o) * e.rank;
+    for (int64_t k = lane; k < e.rank; k += 32)
+      acc[r] += toF(t[r * e.numSlices * e.rank + k]) * loadAny(e.b.data, e.b.dtype, bRow + k);
+  }
+}
+
 template <typename T, typename W, int NR, bool VEC>
 __global__ __launch_bounds__(kGemvWarps * 32) void gemvKernel(T* out, const T* x, const W* w, const void* bias,
-                                                               DType biasType, int n, int64_t in, int64_t outF) {
+                                                               DType biasType, int n, int64_t in, int64_t outF,
+                                                               LoraExpandArgs lora) {
   int64_t o = blockIdx.x * int64_t(kGemvWarps) + threadIdx.x / 32;
   int lane = threadIdx.x % 32;
   if (o >= outF) return;
@@ -53,6 +76,7 @@ __global__ __launch_bounds__(kGemvWarps * 32) void gemvKernel(T* out, const T* x
         if (r < n) acc[r] += wv * toF(x[r * in + i]);
     }
   }
+  if (lora.t) addExpand<T, NR>(acc, lora, o, n, outF, lane);
   float b = bias ? loadAny(bias, biasType, o) : 0.0f;
 #pragma unroll
   for (int r = 0; r < NR; ++r) {
@@ -117,22 +141,41 @@ __global__ void addBiasKernel(T* out, const void* bias, DType biasType, int64_t 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 template <typename T, typename W, int NR>
-void launchGemv(T* out, const T* x, const W* w, const Weights* bias, int64_t n, int64_t in, int64_t outF) {
+void launchGemv(T* out, const T* x, const W* w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
+                const LoraExpandArgs& lora) {
   unsigned grid = blocksFor(outF, kGemvWarps);
   const void* b = bias ? bias->data : nullptr;
   DType bt = bias ? bias->dtype : DType::F32;
   if (in % 8 == 0 && aligned16(x) && aligned16(w))
-    gemvKernel<T, W, NR, true><<<grid, kGemvWarps * 32, 0, stream()>>>(out, x, w, b, bt, int(n), in, outF);
+    gemvKernel<T, W, NR, true><<<grid, kGemvWarps * 32, 0, stream()>>>(out, x, w, b, bt, int(n), in, outF, lora);
   else
-    gemvKernel<T, W, NR, false><<<grid, kGemvWarps * 32, 0, stream()>>>(out, x, w, b, bt, int(n), in, outF);
+    gemvKernel<T, W, NR, false><<<grid, kGemvWarps * 32, 0, stream()>>>(out, x, w, b, bt, int(n), in, outF, lora);
+}
+
+// n <= kMaxGemvRows rows; lora.t null: no LoRA.
+void gemv(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
+          const LoraExpandArgs& lora) {
+  withAct(act, [&](auto t) {
+    withFloat(w.dtype, [&](auto wt) {
+      using T = decltype(t);
+      using W = decltype(wt);
+      T* o = static_cast<T*>(out);
+      const T* xp = static_cast<const T*>(x);
+      const W* wp = static_cast<const W*>(w.data);
+      if (n == 1) launchGemv<T, W, 1>(o, xp, wp, bias, n, in, outF, lora);
+      else if (n <= 4) launchGemv<T, W, 4>(o, xp, wp, bias, n, in, outF, lora);
+      else launchGemv<T, W, kMaxGemvRows>(o, xp, wp, bias, n, in, outF, lora);
+    });
+  });
+  checkLaunch("linear GEMV kernel");
 }
 
 }  // namespace
 
 void linear(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF) {
   if (n == 0 || outF == 0) return;
-  if (act == DType::BF16 && w.dtype == DType::BF16 && n > kMaxGemvRows && in > 0 &&
-      cublaslt::gemmBf16(out, x, w.data, n, in, outF, stream())) {
+  if (n <= kMaxGemvRows) return gemv(act, out, x, w, bias, n, in, outF, LoraExpandArgs{});
+  if (act == DType::BF16 && w.dtype == DType::BF16 && in > 0 && cublaslt::gemmBf16(out, x, w.data, n, in, outF, stream())) {
     if (bias) {
       unsigned grid = unsigned(std::min<int64_t>(blocksFor(n * outF, 256), smCount() * 8));
       addBiasKernel<bf16><<<grid, 256, 0, stream()>>>(static_cast<bf16*>(out), bias->data, bias->dtype, n, outF);
@@ -144,23 +187,22 @@ void linear(DType act, void* out, const void* x, Weights w, const Weights* bias,
     withFloat(w.dtype, [&](auto wt) {
       using T = decltype(t);
       using W = decltype(wt);
-      T* o = static_cast<T*>(out);
-      const T* xp = static_cast<const T*>(x);
-      const W* wp = static_cast<const W*>(w.data);
-      if (n == 1) {
-        launchGemv<T, W, 1>(o, xp, wp, bias, n, in, outF);
-      } else if (n <= 4) {
-        launchGemv<T, W, 4>(o, xp, wp, bias, n, in, outF);
-      } else if (n <= kMaxGemvRows) {
-        launchGemv<T, W, kMaxGemvRows>(o, xp, wp, bias, n, in, outF);
-      } else {
-        dim3 grid(blocksFor(outF, kBN), blocksFor(n, kBM));
-        gemmKernel<T, W><<<grid, 256, 0, stream()>>>(o, xp, wp, bias ? bias->data : nullptr,
-                                                     bias ? bias->dtype : DType::F32, n, in, outF);
-      }
+      dim3 grid(blocksFor(outF, kBN), blocksFor(n, kBM));
+      gemmKernel<T, W><<<grid, 256, 0, stream()>>>(static_cast<T*>(out), static_cast<const T*>(x),
+                                                   static_cast<const W*>(w.data), bias ? bias->data : nullptr,
+                                                   bias ? bias->dtype : DType::F32, n, in, outF);
     });
   });
   checkLaunch("linear kernel");
+}
+
+void linearExpand(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in,
+                  int64_t outF, LoraExpandArgs lora) {
+  if (n == 0 || outF == 0) return;
+  if (n <= kMaxGemvRows) return gemv(act, out, x, w, bias, n, in, outF, lora);
+  linear(act, out, x, w, bias, n, in, outF);
+  loraExpand(act, out, lora.t, lora.b, lora.numSlots, lora.slotOfRow, lora.sliceStarts, lora.numSlices, n, outF,
+             lora.rank);
 }
 
 }  // namespace mstar::gpu

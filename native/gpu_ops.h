@@ -54,6 +54,30 @@ void loraShrink(DType act, void* t, const void* x, Weights a, int64_t numSlots, 
                 int64_t in, int64_t rankRows);
 void loraExpand(DType act, void* out, const void* t, Weights b, int64_t numSlots, const int32_t* slotOfRow,
                 const int32_t* sliceStarts, int64_t numSlices, int64_t n, int64_t outF, int64_t rank);
+// The LoRA operands of the fused ops: each row uses its slotOfRow slot (0 or out of range:
+// none). Shrink: t [n, rankRows] = x · a[slot]ᵀ. Expand: out += t[slice of the column] · b[slot]ᵀ.
+struct LoraShrinkArgs {
+  void* t;
+  Weights a;  // [numSlots, rankRows, in]
+  int64_t numSlots;
+  const int32_t* slotOfRow;
+  int64_t rankRows;
+};
+struct LoraExpandArgs {
+  const void* t;
+  Weights b;  // [numSlots, outF, rank]
+  int64_t numSlots;
+  const int32_t* slotOfRow;
+  const int32_t* sliceStarts;  // numSlices + 1 entries, in device memory
+  int64_t numSlices, rank;
+};
+// addRmsNorm, then the shrink of its output rows, in one launch.
+void addRmsNormShrink(DType act, void* residual, const void* x, Weights w, void* out, int64_t rows, int64_t dim,
+                      float eps, LoraShrinkArgs lora);
+// linear with the expand added before the output is stored (decode GEMV), or linear then
+// loraExpand (larger batches).
+void linearExpand(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in,
+                  int64_t outF, LoraExpandArgs lora);
 void copyRegion(void* dst, DType dt, int64_t dstCols, const void* src, DType st, int64_t rows, int64_t cols,
                 int64_t rowOffset, int64_t colOffset, float scale, bool transpose);
 void fill(void* t, DType dt, int64_t n, float value);

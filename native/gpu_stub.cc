@@ -68,6 +68,10 @@ void loraExpand(DType, void*, const void*, Weights, int64_t, const int32_t*, con
                 int64_t) {
   none();
 }
+void addRmsNormShrink(DType, void*, const void*, Weights, void*, int64_t, int64_t, float, LoraShrinkArgs) { none(); }
+void linearExpand(DType, void*, const void*, Weights, const Weights*, int64_t, int64_t, int64_t, LoraExpandArgs) {
+  none();
+}
 void copyRegion(void*, DType, int64_t, const void*, DType, int64_t, int64_t, int64_t, int64_t, float, bool) { none(); }
 void fill(void*, DType, int64_t, float) { none(); }
 double maxAbsDiff(const void*, DType, const void*, DType, int64_t) { none(); }

@@ -5,34 +5,19 @@
 #include "cpu/ops.h"
 #include "gpu_ops.h"
 #include "op_args.h"
+#include "op_checks.h"
 #include "ops.h"
 
 namespace mstar {
 namespace {
-
-void expectSlots(const OpArgs& a, const Tensor& slots, int64_t rows, int64_t numSlots) {
-  a.expectDType(slots, DType::I32, "slotOfRow");
-  a.expectShape(slots, {rows}, "slotOfRow");
-  if (slots.device() != Device::CPU) return;  // the kernels treat a slot out of range as slot 0
-  const int32_t* p = slots.ptr<int32_t>();
-  for (int64_t i = 0; i < rows; ++i)
-    a.expect(p[i] >= 0 && p[i] < numSlots, "slotOfRow[" + std::to_string(i) + "] = " + std::to_string(p[i]) +
-                                               " is not one of the " + std::to_string(numSlots) + " slots");
-}
 
 // loraShrink(t [n, S*R], x [n, in], a [slots, S*R, in], slotOfRow [n])
 Napi::Value LoraShrink(const Napi::CallbackInfo& info) {
   OpArgs a(info, "loraShrink");
   Tensor &t = a.tensor(0, "t"), &x = a.tensor(1, "x"), &w = a.tensor(2, "a"), &slots = a.tensor(3, "slotOfRow");
   bool cuda = a.oneDevice();
-  DType act = a.expectAct(x, "x");
-  a.expectRank(x, 2, "x");
-  a.expectFloat(w, "a");
-  a.expectRank(w, 3, "a");
-  a.expect(w.dim(2) == x.dim(1), "a " + w.describe() + " ([slots, slices * rank, in]) does not match x " + x.describe());
-  a.expectAct(t, "t");
-  a.expectShape(t, {x.dim(0), w.dim(1)}, "t");
-  expectSlots(a, slots, x.dim(0), w.dim(0));
+  expectShrink(a, t, x, w, slots);
+  DType act = x.dtype();
   if (cuda) {
     a.run([&] {
       gpu::loraShrink(act, t.data(), x.data(), a.weights(w), w.dim(0), slots.ptr<int32_t>(), x.dim(0), x.dim(1), w.dim(1));
@@ -49,32 +34,67 @@ Napi::Value LoraExpand(const Napi::CallbackInfo& info) {
   Tensor &out = a.tensor(0, "out"), &t = a.tensor(1, "t"), &w = a.tensor(2, "b");
   Tensor &slots = a.tensor(3, "slotOfRow"), &starts = a.tensor(4, "sliceStarts");
   bool cuda = a.oneDevice();
-  DType act = a.expectAct(out, "out");
-  a.expectRank(out, 2, "out");
-  a.expectFloat(w, "b");
-  a.expectRank(w, 3, "b");
-  a.expect(w.dim(1) == out.dim(1), "b " + w.describe() + " ([slots, out, rank]) does not match out " + out.describe());
-  a.expectDType(starts, DType::I32, "sliceStarts");
-  a.expectRank(starts, 1, "sliceStarts");
-  int64_t numSlices = starts.dim(0) - 1, rank = w.dim(2);
-  a.expect(numSlices >= 1, "sliceStarts needs at least 2 entries");
+  int64_t numSlices = expectExpand(a, out, t, w, slots, starts);
+  DType act = out.dtype();
   const int32_t* st = starts.ptr<int32_t>();
-  if (!cuda) {  // on CUDA the values stay on the device; columns outside every slice get nothing
-    a.expect(st[0] == 0 && st[numSlices] == out.dim(1), "sliceStarts must run from 0 to out's width");
-    for (int64_t s = 0; s < numSlices; ++s) a.expect(st[s] <= st[s + 1], "sliceStarts must not decrease");
-  }
-  a.expectAct(t, "t");
-  a.expectShape(t, {out.dim(0), numSlices * rank}, "t ([n, slices * rank])");
-  expectSlots(a, slots, out.dim(0), w.dim(0));
   if (cuda) {
     a.run([&] {
       gpu::loraExpand(act, out.data(), t.data(), a.weights(w), w.dim(0), slots.ptr<int32_t>(), st, numSlices,
-                      out.dim(0), out.dim(1), rank);
+                      out.dim(0), out.dim(1), w.dim(2));
     });
     return info.Env().Undefined();
   }
   cpu::loraExpand(out.ptr<float>(), t.ptr<float>(), a.weights(w), slots.ptr<int32_t>(), st, numSlices, out.dim(0),
-                  out.dim(1), rank);
+                  out.dim(1), w.dim(2));
+  return info.Env().Undefined();
+}
+
+// addRmsNormShrink(residual, x, w, eps, out, t, a, slotOfRow): addRmsNorm, then loraShrink
+// of its output: on CUDA one launch, the shrink computed where the normed row is made.
+Napi::Value AddRmsNormShrink(const Napi::CallbackInfo& info) {
+  OpArgs a(info, "addRmsNormShrink");
+  Tensor &res = a.tensor(0, "residual"), &x = a.tensor(1, "x"), &w = a.tensor(2, "w");
+  float eps = float(a.number(3, "eps"));
+  Tensor &out = a.tensor(4, "out"), &t = a.tensor(5, "t"), &la = a.tensor(6, "a"), &slots = a.tensor(7, "slotOfRow");
+  bool cuda = a.oneDevice();
+  DType act = expectAddRmsNorm(a, res, x, w, out);
+  expectShrink(a, t, out, la, slots);
+  const int64_t rows = res.dim(0), dim = w.dim(0);
+  if (cuda) {
+    a.run([&] {
+      gpu::addRmsNormShrink(act, res.data(), x.data(), a.weights(w), out.data(), rows, dim, eps,
+                            {t.data(), a.weights(la), la.dim(0), slots.ptr<int32_t>(), la.dim(1)});
+    });
+    return info.Env().Undefined();
+  }
+  cpu::addRmsNorm(res.ptr<float>(), x.ptr<float>(), a.weights(w), out.ptr<float>(), rows, dim, eps);
+  cpu::loraShrink(t.ptr<float>(), out.ptr<float>(), a.weights(la), slots.ptr<int32_t>(), rows, dim, la.dim(1));
+  return info.Env().Undefined();
+}
+
+// linearExpand(out, x, w, bias, t, b, slotOfRow, sliceStarts): linear, then loraExpand into
+// its output: on CUDA the expand is the decode GEMV's epilogue.
+Napi::Value LinearExpand(const Napi::CallbackInfo& info) {
+  OpArgs a(info, "linearExpand");
+  Tensor &out = a.tensor(0, "out"), &x = a.tensor(1, "x"), &w = a.tensor(2, "w");
+  Tensor* bias = a.optionalTensor(3, "bias");
+  Tensor &t = a.tensor(4, "t"), &lb = a.tensor(5, "b"), &slots = a.tensor(6, "slotOfRow"), &starts = a.tensor(7, "sliceStarts");
+  bool cuda = a.oneDevice();
+  cpu::Weights bw{};
+  DType act = expectLinear(a, out, x, w, bias, &bw);
+  int64_t numSlices = expectExpand(a, out, t, lb, slots, starts);
+  const int64_t n = x.dim(0), in = x.dim(1), outF = w.dim(0);
+  const int32_t* st = starts.ptr<int32_t>();
+  if (cuda) {
+    a.run([&] {
+      gpu::linearExpand(act, out.data(), x.data(), a.weights(w), bias ? &bw : nullptr, n, in, outF,
+                        {t.data(), a.weights(lb), lb.dim(0), slots.ptr<int32_t>(), st, numSlices, lb.dim(2)});
+    });
+    return info.Env().Undefined();
+  }
+  cpu::linear(out.ptr<float>(), x.ptr<float>(), a.weights(w), bias ? &bw : nullptr, n, in, outF);
+  cpu::loraExpand(out.ptr<float>(), t.ptr<float>(), a.weights(lb), slots.ptr<int32_t>(), st, numSlices, n, outF,
+                  lb.dim(2));
   return info.Env().Undefined();
 }
 
@@ -148,6 +168,8 @@ Napi::Value MaxAbsDiff(const Napi::CallbackInfo& info) {
 void RegisterLoraOps(Napi::Env env, Napi::Object exports) {
   exports["loraShrink"] = Napi::Function::New<LoraShrink>(env, "loraShrink");
   exports["loraExpand"] = Napi::Function::New<LoraExpand>(env, "loraExpand");
+  exports["addRmsNormShrink"] = Napi::Function::New<AddRmsNormShrink>(env, "addRmsNormShrink");
+  exports["linearExpand"] = Napi::Function::New<LinearExpand>(env, "linearExpand");
   exports["copyRegion"] = Napi::Function::New<CopyRegion>(env, "copyRegion");
   exports["fill"] = Napi::Function::New<Fill>(env, "fill");
   exports["maxAbsDiff"] = Napi::Function::New<MaxAbsDiff>(env, "maxAbsDiff");

@@ -7,6 +7,7 @@
 #include "cpu/ops.h"
 #include "gpu_ops.h"
 #include "op_args.h"
+#include "op_checks.h"
 
 namespace mstar {
 namespace {
@@ -129,16 +130,7 @@ Napi::Value AddRmsNorm(const Napi::CallbackInfo& info) {
   float eps = float(a.number(3, "eps"));
   Tensor& out = a.tensor(4, "out");
   bool cuda = a.oneDevice();
-  DType act = DType::F32;
-  for (auto [t, n] : {std::pair<Tensor*, const char*>{&res, "residual"}, {&x, "x"}, {&out, "out"}}) {
-    act = a.expectAct(*t, n);
-    a.expectRank(*t, 2, n);
-  }
-  a.expectFloat(w, "w");
-  a.expectRank(w, 1, "w");
-  a.expectShape(res, {res.dim(0), w.dim(0)}, "residual");
-  a.expectShape(x, {res.dim(0), w.dim(0)}, "x");
-  a.expectShape(out, {res.dim(0), w.dim(0)}, "out");
+  DType act = expectAddRmsNorm(a, res, x, w, out);
   if (cuda)
     a.run([&] { gpu::addRmsNorm(act, res.data(), x.data(), a.weights(w), out.data(), res.dim(0), w.dim(0), eps); });
   else
@@ -164,20 +156,8 @@ Napi::Value Linear(const Napi::CallbackInfo& info) {
   Tensor &out = a.tensor(0, "out"), &x = a.tensor(1, "x"), &w = a.tensor(2, "w");
   Tensor* bias = a.optionalTensor(3, "bias");
   bool cuda = a.oneDevice();
-  DType act = a.expectAct(x, "x");
-  a.expectRank(x, 2, "x");
-  a.expectFloat(w, "w");
-  a.expectRank(w, 2, "w");
-  a.expect(x.dim(1) == w.dim(1), "w is " + w.describe() + " ([out, in]) but x " + x.describe() + " has " +
-                                     std::to_string(x.dim(1)) + " columns");
-  a.expectAct(out, "out");
-  a.expectShape(out, {x.dim(0), w.dim(0)}, "out");
   cpu::Weights b{};
-  if (bias) {
-    a.expectFloat(*bias, "bias");
-    a.expectShape(*bias, {w.dim(0)}, "bias");
-    b = a.weights(*bias);
-  }
+  DType act = expectLinear(a, out, x, w, bias, &b);
   if (cuda)
     a.run([&] { gpu::linear(act, out.data(), x.data(), a.weights(w), bias ? &b : nullptr, x.dim(0), x.dim(1), w.dim(0)); });
   else

@@ -118,6 +118,12 @@ export interface Binding {
   loraShrink(t: Tensor, x: Tensor, a: Tensor, slotOfRow: Tensor): void;
   /** out[n, outF] += per row, t(slice of each output row) · B[slotOfRow]ᵀ. b: [slots, outF, R]. */
   loraExpand(out: Tensor, t: Tensor, b: Tensor, slotOfRow: Tensor, sliceStarts: Tensor): void;
+  /** addRmsNorm, then loraShrink(t, out, a, slotOfRow): one launch on CUDA. */
+  addRmsNormShrink(residual: Tensor, x: Tensor, w: Tensor, eps: number, out: Tensor, t: Tensor, a: Tensor, slotOfRow: Tensor): void;
+  /** linear, then loraExpand(out, t, b, slotOfRow, sliceStarts): for decode batches one launch on CUDA. */
+  linearExpand(
+    out: Tensor, x: Tensor, w: Tensor, bias: Tensor | null, t: Tensor, b: Tensor, slotOfRow: Tensor, sliceStarts: Tensor,
+  ): void;
   /** dst[rowOffset.., colOffset..] = scale * src (or srcᵀ); both 2-D float tensors. */
   copyRegion(dst: Tensor, src: Tensor, rowOffset: number, colOffset: number, scale: number, transpose: boolean): void;
   fill(t: Tensor, value: number): void;

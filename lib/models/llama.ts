@@ -66,32 +66,52 @@ export class LlamaModel {
     addon.embedding(residual, this.w('embed'), step.tokens);
     const lora = step.lora && this.lora ? { plan: step.lora, weights: this.lora } : undefined;
     if (lora) this.loraEmbedding(residual, lora.weights, lora.plan, buffer);
-    const withLora = (name: string, out: Tensor, input: Tensor, slots = lora?.plan.rowSlots) => {
-      const t = lora?.weights.targets.get(name);
-      if (t && slots) applyLora(out, input, t, slots, buffer);
+    const adapted = (name: string) => lora?.weights.targets.get(name);
+    // The rank-space rows of an adapted projection. One buffer serves every target: each
+    // use ends (in stream order) before the next begins.
+    const shrunk = (t: LoraTarget, rows: number) => buffer('lora', rows, t.a.shape[1]);
+    /** residual += delta; x = norm(residual): with the shrink of x for `next` when it is adapted. */
+    const addNorm = (weight: string, next: string): Tensor | undefined => {
+      const t = adapted(next);
+      if (!t || !lora) {
+        addon.addRmsNorm(residual, delta, this.w(weight), c.rmsNormEps, x);
+        return undefined;
+      }
+      const s = shrunk(t, n);
+      addon.addRmsNormShrink(residual, delta, this.w(weight), c.rmsNormEps, x, s, t.a, lora.plan.rowSlots);
+      return s;
+    };
+    /** out = input · Wᵀ (+ bias), plus each row's adapter delta; `s`: the shrink of input, if made already. */
+    const project = (out: Tensor, input: Tensor, name: string, s?: Tensor, slots = lora?.plan.rowSlots) => {
+      const t = adapted(name);
+      if (!t || !slots) {
+        addon.linear(out, input, this.w(name), this.bias(name));
+        return;
+      }
+      if (!s) {
+        s = shrunk(t, input.shape[0]);
+        addon.loraShrink(s, input, t.a, slots);
+      }
+      addon.linearExpand(out, input, this.w(name), this.bias(name), s, t.b, slots, t.sliceStarts);
+      s.dispose();
     };
     addon.rmsNorm(x, residual, this.w('layers.0.attn_norm'), c.rmsNormEps);
+    let qkvShrunk: Tensor | undefined;
     for (let l = 0; l < c.numLayers; l++) {
       const p = `layers.${l}`;
-      if (l > 0) addon.addRmsNorm(residual, delta, this.w(`${p}.attn_norm`), c.rmsNormEps, x);
-      addon.linear(qkv, x, this.w(`${p}.qkv`), this.bias(`${p}.qkv`));
-      withLora(`${p}.qkv`, qkv, x);
+      if (l > 0) qkvShrunk = addNorm(`${p}.attn_norm`, `${p}.qkv`);
+      project(qkv, x, `${p}.qkv`, qkvShrunk);
       const [qNorm, kNorm] = this.qkNorms(l) ?? [null, null];
       addon.ropeKvWrite(qkv, step.positions, this.invFreq, kv.k[l], kv.v[l], step.slots, qNorm, kNorm, H, K, hd, c.rmsNormEps);
       addon.pagedAttention(attn, qkv, kv.k[l], kv.v[l], step.blockTables, step.queryStarts, step.contextLens, H, K, hd, this.scale);
-      addon.linear(delta, attn, this.w(`${p}.o`), this.bias(`${p}.o`));
-      withLora(`${p}.o`, delta, attn);
-      addon.addRmsNorm(residual, delta, this.w(`${p}.mlp_norm`), c.rmsNormEps, x);
-      addon.linear(gateUp, x, this.w(`${p}.gate_up`), this.bias(`${p}.gate_up`));
-      withLora(`${p}.gate_up`, gateUp, x);
+      project(delta, attn, `${p}.o`);
+      project(gateUp, x, `${p}.gate_up`, addNorm(`${p}.mlp_norm`, `${p}.gate_up`));
       addon.siluMul(act, gateUp);
-      addon.linear(delta, act, this.w(`${p}.down`), this.bias(`${p}.down`));
-      withLora(`${p}.down`, delta, act);
+      project(delta, act, `${p}.down`);
     }
     addon.addRmsNorm(residual, delta, this.w('final_norm'), c.rmsNormEps, x);
     addon.gatherRows(last, x, step.logitRows);
-    addon.linear(logits, last, this.w('lm_head'), null);
-    withLora('lm_head', logits, last, lora?.plan.logitSlots);
+    project(logits, last, 'lm_head', undefined, lora?.plan.logitSlots);
     for (const t of [residual, x, qkv, attn, delta, gateUp, act, last]) t.dispose();
     return logits;
   }
@@ -112,13 +132,4 @@ export class LlamaModel {
     for (const t of new Set(this.weights.values())) t.dispose();
     this.invFreq.dispose();
   }
-}
-
-/** out += (input · Aᵀ) · Bᵀ per row, with each row's slot. */
-function applyLora(out: Tensor, input: Tensor, t: LoraTarget, slots: Tensor, buffer: Buffers): void {
-  // One rank-space buffer serves every target: each use ends (in stream order) before the next.
-  const shrunk = buffer('lora', input.shape[0], t.b.shape[2] * t.sliceOffsets.length);
-  addon.loraShrink(shrunk, input, t.a, slots);
-  addon.loraExpand(out, shrunk, t.b, slots, t.sliceStarts);
-  shrunk.dispose();
 }

@@ -54,6 +54,73 @@ describeGpu('cuda lora', () => {
     });
   });
 
+  // The fused forms: addRmsNormShrink gives the bits of addRmsNorm + loraShrink on CUDA;
+  // linearExpand (the expand in the GEMV epilogue up to 16 rows, linear + loraExpand above)
+  // matches the two ops within rounding and the CPU within tolerance.
+  describe.each(ACTS)('fused, %s activations', (act) => {
+    // [rows, in, slice widths, rank]: GEMV buckets 1, 4 and 16 (a partial one), then cuBLASLt / tiled.
+    const cases: [number, number, number[], number][] = [
+      [1, 1024, [512, 256, 256], 16],
+      [3, 136, [40, 24, 24], 8],
+      [11, 256, [128, 128], 64],
+      [16, 64, [96], 4],
+      [40, 512, [256, 128, 128], 16],
+    ];
+    it.each(cases)('%i rows, in %i, slices %j, rank %i', (n, inF, widths, rank) => {
+      const rng = new Rng(3 * n + inF + rank + act.length);
+      const numSlices = widths.length;
+      const outF = widths.reduce((a, b) => a + b, 0);
+      const starts = [0];
+      for (const w of widths) starts.push(starts[starts.length - 1] + w);
+      const slots = Array.from({ length: n }, (_, r) => [0, 1, 3, 4, 7][(r * 7 + 3) % 5]);  // 7: past the table, none
+      const cpuSlots = slots.map((v) => (v >= NUM_SLOTS ? 0 : v));
+      const a = weightPair('bf16', [NUM_SLOTS, numSlices * rank, inF], rng.floats(NUM_SLOTS * numSlices * rank * inF, -0.1, 0.1));
+      const b = weightPair('bf16', [NUM_SLOTS, outF, rank], rng.floats(NUM_SLOTS * outF * rank, -0.1, 0.1));
+      const normW = weightPair('bf16', [inF], rng.floats(inF, 0.5, 1.5));
+      const w = weightPair('bf16', [outF, inF], rng.floats(outF * inF, -0.05, 0.05));
+      const bias = weightPair('bf16', [outF], rng.floats(outF));
+      const res = rounded(act, rng.floats(n * inF)), delta = rounded(act, rng.floats(n * inF));
+
+      // addRmsNormShrink against addRmsNorm + loraShrink on CUDA, then against the CPU.
+      const run = (fused: boolean) => {
+        const r = onCuda(act, [n, inF], res), x = addon.empty(act, [n, inF], 'cuda');
+        const t = addon.empty(act, [n, numSlices * rank], 'cuda');
+        const sl = onCuda('i32', [n], slots);
+        if (fused) addon.addRmsNormShrink(r, onCuda(act, [n, inF], delta), normW.cuda, 1e-6, x, t, a.cuda, sl);
+        else {
+          addon.addRmsNorm(r, onCuda(act, [n, inF], delta), normW.cuda, 1e-6, x);
+          addon.loraShrink(t, x, a.cuda, sl);
+        }
+        return { r, x, t };
+      };
+      const fused = run(true), apart = run(false);
+      for (const k of ['r', 'x', 't'] as const) expect(floats(fused[k])).toEqual(floats(apart[k]));
+      const cpu = { r: onCpu([n, inF], res), x: addon.empty('f32', [n, inF]), t: addon.empty('f32', [n, numSlices * rank]) };
+      addon.addRmsNormShrink(cpu.r, onCpu([n, inF], delta), normW.cpu, 1e-6, cpu.x, cpu.t, a.cpu, i32([n], cpuSlots));
+      expectClose(floats(fused.x), floats(cpu.x), tol(act, true));
+      expectClose(floats(fused.t), floats(cpu.t), 2 * tol(act, true));
+
+      // linearExpand from the same x and t on both devices.
+      const xs = rounded(act, floats(cpu.x)), ts = rounded(act, floats(cpu.t));
+      const expand = (fusedOp: boolean) => {
+        const out = addon.empty(act, [n, outF], 'cuda');
+        const x = onCuda(act, [n, inF], xs), t = onCuda(act, [n, numSlices * rank], ts);
+        const sl = onCuda('i32', [n], slots), st = onCuda('i32', [numSlices + 1], starts);
+        if (fusedOp) addon.linearExpand(out, x, w.cuda, bias.cuda, t, b.cuda, sl, st);
+        else {
+          addon.linear(out, x, w.cuda, bias.cuda);
+          addon.loraExpand(out, t, b.cuda, sl, st);
+        }
+        return floats(out);
+      };
+      const want = addon.empty('f32', [n, outF]);
+      addon.linearExpand(want, onCpu([n, inF], xs), w.cpu, bias.cpu, onCpu([n, numSlices * rank], ts), b.cpu,
+        i32([n], cpuSlots), i32([numSlices + 1], starts));
+      expectClose(expand(true), floats(want), tol(act, true));
+      expectClose(expand(true), expand(false), tol(act, true));
+    });
+  });
+
   it.each(WEIGHT_DTYPES.flatMap((d) => WEIGHT_DTYPES.map((s) => [d, s])))('copyRegion into %s from %s, plain and transposed', (dd, sd) => {
     const rng = new Rng(dd.length * 10 + sd.length);
     const dstData = rng.floats(20 * 30);

@@ -1,0 +1,82 @@
+#include "op_checks.h"
+
+#include <string>
+
+namespace mstar {
+
+DType expectAddRmsNorm(OpArgs& a, const Tensor& res, const Tensor& x, const Tensor& w, const Tensor& out) {
+  DType act = DType::F32;
+  for (auto [t, n] : {std::pair<const Tensor*, const char*>{&res, "residual"}, {&x, "x"}, {&out, "out"}}) {
+    act = a.expectAct(*t, n);
+    a.expectRank(*t, 2, n);
+  }
+  a.expectFloat(w, "w");
+  a.expectRank(w, 1, "w");
+  a.expectShape(res, {res.dim(0), w.dim(0)}, "residual");
+  a.expectShape(x, {res.dim(0), w.dim(0)}, "x");
+  a.expectShape(out, {res.dim(0), w.dim(0)}, "out");
+  return act;
+}
+
+DType expectLinear(OpArgs& a, const Tensor& out, const Tensor& x, const Tensor& w, const Tensor* bias,
+                   cpu::Weights* biasWeights) {
+  DType act = a.expectAct(x, "x");
+  a.expectRank(x, 2, "x");
+  a.expectFloat(w, "w");
+  a.expectRank(w, 2, "w");
+  a.expect(x.dim(1) == w.dim(1), "w is " + w.describe() + " ([out, in]) but x " + x.describe() + " has " +
+                                     std::to_string(x.dim(1)) + " columns");
+  a.expectAct(out, "out");
+  a.expectShape(out, {x.dim(0), w.dim(0)}, "out");
+  if (bias) {
+    a.expectFloat(*bias, "bias");
+    a.expectShape(*bias, {w.dim(0)}, "bias");
+    *biasWeights = a.weights(*bias);
+  }
+  return act;
+}
+
+void expectSlotOfRow(const OpArgs& a, const Tensor& slots, int64_t rows, int64_t numSlots) {
+  a.expectDType(slots, DType::I32, "slotOfRow");
+  a.expectShape(slots, {rows}, "slotOfRow");
+  if (slots.device() != Device::CPU) return;  // the kernels treat a slot out of range as slot 0
+  const int32_t* p = slots.ptr<int32_t>();
+  for (int64_t i = 0; i < rows; ++i)
+    a.expect(p[i] >= 0 && p[i] < numSlots, "slotOfRow[" + std::to_string(i) + "] = " + std::to_string(p[i]) +
+                                               " is not one of the " + std::to_string(numSlots) + " slots");
+}
+
+void expectShrink(OpArgs& a, const Tensor& t, const Tensor& x, const Tensor& w, const Tensor& slots) {
+  a.expectAct(x, "x");
+  a.expectRank(x, 2, "x");
+  a.expectFloat(w, "a");
+  a.expectRank(w, 3, "a");
+  a.expect(w.dim(2) == x.dim(1), "a " + w.describe() + " ([slots, slices * rank, in]) does not match x " + x.describe());
+  a.expectAct(t, "t");
+  a.expectShape(t, {x.dim(0), w.dim(1)}, "t");
+  expectSlotOfRow(a, slots, x.dim(0), w.dim(0));
+}
+
+int64_t expectExpand(OpArgs& a, const Tensor& out, const Tensor& t, const Tensor& w, const Tensor& slots,
+                     const Tensor& starts) {
+  a.expectAct(out, "out");
+  a.expectRank(out, 2, "out");
+  a.expectFloat(w, "b");
+  a.expectRank(w, 3, "b");
+  a.expect(w.dim(1) == out.dim(1), "b " + w.describe() + " ([slots, out, rank]) does not match out " + out.describe());
+  a.expectDType(starts, DType::I32, "sliceStarts");
+  a.expectRank(starts, 1, "sliceStarts");
+  int64_t numSlices = starts.dim(0) - 1;
+  a.expect(numSlices >= 1, "sliceStarts needs at least 2 entries");
+  if (starts.device() == Device::CPU) {  // on CUDA the values stay on the device; columns outside every slice get nothing
+    const int32_t* st = starts.ptr<int32_t>();
+    a.expect(st[0] == 0 && st[numSlices] == out.dim(1), "sliceStarts must run from 0 to out's width");
+    for (int64_t s = 0; s < numSlices; ++s) a.expect(st[s] <= st[s + 1], "sliceStarts must not decrease");
+  }
+  a.expectAct(t, "t");
+  a.expectShape(t, {out.dim(0), numSlices * w.dim(2)}, "t ([n, slices * rank])");
+  expectSlotOfRow(a, slots, out.dim(0), w.dim(0));
+  return numSlices;
+}
+
+}  // namespace mstar

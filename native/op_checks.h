@@ -1,0 +1,28 @@
+// Argument checks that more than one op binding shares: the plain ops (ops.cc) and the
+// LoRA ops and their fused forms (lora_ops.cc) check the same operands the same way.
+#pragma once
+#include "cpu/ops.h"
+#include "op_args.h"
+
+namespace mstar {
+
+// residual, x and out [rows, dim] activations; w [dim]. Returns the activation dtype.
+DType expectAddRmsNorm(OpArgs& a, const Tensor& res, const Tensor& x, const Tensor& w, const Tensor& out);
+
+// out [n, outF] = x [n, in] · w [outF, in]ᵀ (+ bias [outF]). Returns the activation dtype;
+// *bias is the bias operand or stays empty.
+DType expectLinear(OpArgs& a, const Tensor& out, const Tensor& x, const Tensor& w, const Tensor* bias,
+                   cpu::Weights* biasWeights);
+
+// slotOfRow: i32 [rows]; on the CPU each entry must be one of numSlots.
+void expectSlotOfRow(const OpArgs& a, const Tensor& slots, int64_t rows, int64_t numSlots);
+
+// t [n, S*R] = x [n, in] · a [slots, S*R, in] per row's slot.
+void expectShrink(OpArgs& a, const Tensor& t, const Tensor& x, const Tensor& w, const Tensor& slots);
+
+// out [n, outF] += t [n, S*R] · b [slots, outF, R] per row's slot and column's slice
+// (sliceStarts [S+1]). Returns S.
+int64_t expectExpand(OpArgs& a, const Tensor& out, const Tensor& t, const Tensor& w, const Tensor& slots,
+                     const Tensor& starts);
+
+}  // namespace mstar
