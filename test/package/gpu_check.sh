@@ -6,6 +6,8 @@
 #   npm run pack:gpu-check -- /path/to/mstar-0.1.0.tgz
 #
 # The checkout needs its node_modules but no addon of its own: `npm ci --ignore-scripts` is enough.
+# An offline machine installs from a filled npm cache: set npm_config_cache and
+# npm_config_offline=true, which pass through to the install.
 set -euo pipefail
 [[ $# -eq 1 && -f $1 ]] || { echo "usage: $0 mstar-VERSION.tgz (made by npm run prebuild && npm pack)" >&2; exit 2; }
 tarball=$(realpath "$1")
@@ -17,6 +19,7 @@ echo '{"name": "mstar-gpu-check", "private": true}' > "$work/project/package.jso
 
 cd "$work/project"
 env -i HOME="$HOME" PATH="$work/bin" ${LD_LIBRARY_PATH:+LD_LIBRARY_PATH="$LD_LIBRARY_PATH"} \
+  ${npm_config_cache:+npm_config_cache="$npm_config_cache"} ${npm_config_offline:+npm_config_offline="$npm_config_offline"} \
   npm install "$tarball" --no-audit --no-fund --foreground-scripts 2>&1 | tee "$work/install.log"
 if grep -qE 'gyp info|cmake-js|building the addon' "$work/install.log" || [[ -e node_modules/mstar/build ]]; then
   echo "gpu_check: the install built the addon from source; the prebuild did not load" >&2
@@ -27,6 +30,8 @@ env -i HOME="$HOME" PATH="$work/bin" ${LD_LIBRARY_PATH:+LD_LIBRARY_PATH="$LD_LIB
 
 # MSTAR_PREBUILD points the loader (node-gyp-build) of the checkout at the installed package.
 cd "$repo"
-npm run build:ts  # dist/ for the engine's worker thread; tsc only, no native build
+# dist/ for the engine's worker thread: tsc only, no native build. A checkout carried without
+# TypeScript brings its dist/ instead.
+if [[ -d node_modules/typescript ]]; then npm run build:ts; else echo "gpu_check: no TypeScript here; using the checkout's dist/"; fi
 MSTAR_PREBUILD="$work/project/node_modules/mstar" npx vitest run --config vitest.gpu.config.ts
 echo "gpu_check: the GPU suite passed against $work/project/node_modules/mstar"
