@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# One measuring session on the GPU machine, as bench/RESULTS.md reports it: the GPU test
+# suite (with the op timings), then `mstar bench` on a synthetic Qwen3-0.6B with rank-16
+# adapters on every linear (mixes base, one, churn: 3 adapters over 2 slots), then, where
+# Nsight Compute runs, the duration of each kernel of eager decode steps.
+#
+#   bash bench/gpu_session.sh OUT_DIR [preset]
+#
+# Needs node on PATH, the checkout's node_modules and dist/, and the addon (build/ or
+# MSTAR_PREBUILD). Writes OUT_DIR/{gpu_tests.log, bench.json, bench.svg, bench.log, kernels.csv}.
+set -uo pipefail
+out=${1:?usage: gpu_session.sh OUT_DIR [preset]}
+preset=${2:-qwen3-0.6b}
+mkdir -p "$out"
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv
+
+MSTAR_GPU_TIMING=1 node node_modules/vitest/vitest.mjs run --config vitest.gpu.config.ts >"$out/gpu_tests.log" 2>&1
+echo "gpu tests: exit $?"
+grep -E "Test Files|Tests |FAIL|✗|×" "$out/gpu_tests.log" | head -40
+sed -n '/linear n=1 /,/sample 64/p' "$out/gpu_tests.log" | head -40
+
+model=/tmp/mstar-$preset
+rm -rf "$model"
+node dist/lib/cli/main.js synth --preset "$preset" --out "$model" --adapters 3 --rank 16 >/dev/null
+sed -i 's/slots: 3/slots: 2/' "$model/serve.yaml"  # churn: 3 adapters over 2 slots
+node dist/lib/cli/main.js bench --serve "$model/serve.yaml" --concurrency 1,8,32,64 --prompt-len 128 --output-len 64 \
+  --mix base,one,churn --roofline --json "$out/bench.json" --svg "$out/bench.svg" 2>&1 | tee "$out/bench.log" | tail -40
+
+if command -v ncu >/dev/null; then
+  # Eager steps (graphs off), LoRA on, one adapter: 600 kernels from the middle of decoding.
+  MSTAR_CUDA_GRAPHS=0 timeout 240 ncu --clock-control none --cache-control none --launch-skip 30000 --launch-count 600 \
+    --metrics gpu__time_duration.sum --csv node dist/lib/cli/main.js bench --serve "$model/serve.yaml" \
+    --concurrency 1 --requests 6 --prompt-len 128 --output-len 64 --mix one >"$out/kernels.csv" 2>"$out/ncu.log"
+  echo "ncu: exit $? ($(grep -c gpu__time_duration "$out/kernels.csv") kernels)"
+fi
