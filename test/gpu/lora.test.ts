@@ -54,7 +54,8 @@ describeGpu('cuda lora', () => {
     });
   });
 
-  // The fused forms: addRmsNormShrink gives the bits of addRmsNorm + loraShrink on CUDA;
+  // The fused forms: addRmsNormShrink gives what addRmsNorm + loraShrink give on CUDA (up to
+  // the compiler's choice of fused multiply-adds);
   // linearExpand (the expand in the GEMV epilogue up to 16 rows, linear + loraExpand above)
   // matches the two ops within rounding and the CPU within tolerance.
   describe.each(ACTS)('fused, %s activations', (act) => {
@@ -94,7 +95,7 @@ describeGpu('cuda lora', () => {
         return { r, x, t };
       };
       const fused = run(true), apart = run(false);
-      for (const k of ['r', 'x', 't'] as const) expect(floats(fused[k])).toEqual(floats(apart[k]));
+      for (const k of ['r', 'x', 't'] as const) expectClose(floats(fused[k]), floats(apart[k]), act === 'f32' ? 1e-6 : 4e-3);
       const cpu = { r: onCpu([n, inF], res), x: addon.empty('f32', [n, inF]), t: addon.empty('f32', [n, numSlices * rank]) };
       addon.addRmsNormShrink(cpu.r, onCpu([n, inF], delta), normW.cpu, 1e-6, cpu.x, cpu.t, a.cpu, i32([n], cpuSlots));
       expectClose(floats(fused.x), floats(cpu.x), tol(act, true));

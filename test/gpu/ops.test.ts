@@ -113,8 +113,9 @@ describeGpu('cuda row ops', () => {
       expectClose(floats(cuda), floats(cpu), tol(act, false));
     });
 
-    // The fused prologue gives the bits of headRmsNorm + rope + kvWrite on CUDA, and the
-    // CPU's values within tolerance; padding slots (-1) and slots past the cache are skipped.
+    // The fused prologue gives what headRmsNorm + rope + kvWrite give on CUDA (up to the
+    // compiler's choice of fused multiply-adds), and the CPU's values within tolerance;
+    // padding slots (-1) and slots past the cache are skipped.
     it.each([[4, 2, 8, 4], [16, 8, 128, 64], [3, 1, 33, 8], [8, 2, 256, 128], [2, 2, 64, 16]])(
       'ropeKvWrite, %i q heads, %i kv heads, headDim %i, %i frequencies', (h, kv, hd, half) => {
         const rng = new Rng(7 * h + kv + hd + half);
@@ -147,9 +148,10 @@ describeGpu('cuda row ops', () => {
               return { qkv: floats(qkv), k: floats(k), v: floats(v) };
             };
             const fused = run('cuda', true), apart = run('cuda', false), cpu = run('cpu', true);
-            expect(fused.qkv).toEqual(apart.qkv);
-            expect(fused.k).toEqual(apart.k);
-            expect(fused.v).toEqual(apart.v);
+            const same = (a: Float32Array, b: Float32Array) => expectClose(a, b, act === 'f32' && cacheDtype === 'f32' ? 1e-6 : 4e-3);
+            same(fused.qkv, apart.qkv);
+            same(fused.k, apart.k);
+            expect(fused.v).toEqual(apart.v);  // v is only copied
             expectClose(fused.qkv, cpu.qkv, tol(act, norms));
             expectClose(fused.k, rounded(cacheDtype, cpu.k), tol(act === 'bf16' || cacheDtype === 'bf16' ? 'bf16' : 'f32', norms));
             expectClose(fused.v, rounded(cacheDtype, cpu.v), tol(act === 'bf16' || cacheDtype === 'bf16' ? 'bf16' : 'f32', false));
