@@ -1,9 +1,10 @@
 // out[n, outF] = x[n, in] · w[outF, in]ᵀ (+ bias), f32 accumulation.
-//  - n <= 16 (decode): a GEMV that streams each weight row once with 16-byte loads and
+//  - n <= 4 (decode): a GEMV that streams each weight row once with 16-byte loads and
 //    applies it to every input row; bound by reading the weights. linearExpand adds the
 //    LoRA expand of each output there, before it is stored (no second pass, no launch).
 //  - larger n with bf16 activations and bf16 weights: cuBLASLt (bf16 x bf16, f32
-//    accumulate, bf16 out), bias added after by a small kernel.
+//    accumulate, bf16 out), bias added after by a small kernel. (The GEMV measured 18% of
+//    HBM bandwidth at n = 8 and 9% at n = 16 on an H200: every warp re-reads all of x.)
 //  - otherwise (f32 activations, f16/f32 weights, no cuBLASLt): a plain tiled kernel.
 #include "common.cuh"
 #include "cublaslt.h"
@@ -11,15 +12,17 @@
 namespace mstar::gpu {
 namespace {
 
-constexpr int kGemvWarps = 8;      // output features per block: one per warp
-constexpr int kMaxGemvRows = 16;
+constexpr int kGemvWarps = 8;
+constexpr int kMaxGemvRows = 4;
 
-// One warp per output feature. VEC: each lane takes 8 consecutive elements per step
-// (one 16-byte load of bf16 weights), which needs in % 8 == 0 and 16-byte aligned rows.
-// Measured on an H200 (4096 -> 12288, bf16 weights): 74% of HBM bandwidth at n = 1, 51%
-// at n = 4, 13-17% at n = 8-16, where every warp re-reads all of x and x ends up served
-// from L2. The fix to try: stage x tiles in shared memory once per block (and then give
-// each warp several output features); 4 features a warp without staging measured slower.
+// One output feature per group of S warps (S = 1, 2, 4 or 8, chosen per call): each warp
+// of the group takes every S-th run of 256 elements of the weight row, and the group's
+// partial sums meet in shared memory. S > 1 where there are too few output features to
+// give every multiprocessor enough loads in flight (a 1024-wide projection has only 1024
+// rows: one warp each left SMs a quarter full, at 20% of HBM bandwidth). VEC: each lane
+// takes 8 consecutive elements per step (one 16-byte load of bf16 weights), which needs
+// in % 8 == 0 and 16-byte aligned rows. Measured on an H200 (4096 -> 12288, bf16
+// weights, S = 1): 74% of HBM bandwidth at n = 1, 37% at n = 4.
 //
 // The LoRA expand of output feature o for each row's slot, added to the lanes' partial
 // sums before they are reduced: lane k takes rank entries k, k + 32, ...
@@ -43,46 +46,64 @@ __device__ __forceinline__ void addExpand(float (&acc)[NR], const LoraExpandArgs
 
 template <typename T, typename W, int NR, bool VEC>
 __global__ __launch_bounds__(kGemvWarps * 32) void gemvKernel(T* out, const T* x, const W* w, const void* bias,
-                                                               DType biasType, int n, int64_t in, int64_t outF,
+                                                               DType biasType, int n, int64_t in, int64_t outF, int S,
                                                                LoraExpandArgs lora) {
-  int64_t o = blockIdx.x * int64_t(kGemvWarps) + threadIdx.x / 32;
-  int lane = threadIdx.x % 32;
-  if (o >= outF) return;
-  const W* wr = w + o * in;
+  __shared__ float partial[kGemvWarps][NR];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = warp % S;
+  const int64_t o = blockIdx.x * int64_t(kGemvWarps / S) + warp / S;
+  const bool live = o < outF;  // no early return: the group meets at __syncthreads
   float acc[NR];
 #pragma unroll
   for (int r = 0; r < NR; ++r) acc[r] = 0;
-  if constexpr (VEC) {
-    // Several weight loads in flight per lane, fewer when many x rows already use registers.
-#pragma unroll(NR >= 8 ? 1 : 4)
-    for (int64_t i = int64_t(lane) * 8; i < in; i += 32 * 8) {
-      float wv[8];
-      loadVec<W, 8>(wv, wr + i);
+  if (live) {
+    const W* wr = w + o * in;
+    if constexpr (VEC) {
+      // Several weight loads in flight per lane.
+#pragma unroll 4
+      for (int64_t i = (int64_t(sub) * 32 + lane) * 8; i < in; i += int64_t(S) * 32 * 8) {
+        float wv[8];
+        loadVec<W, 8>(wv, wr + i);
 #pragma unroll
-      for (int r = 0; r < NR; ++r) {
-        if (r < n) {
-          float xv[8];
-          loadVec<T, 8>(xv, x + r * in + i);
+        for (int r = 0; r < NR; ++r) {
+          if (r < n) {
+            float xv[8];
+            loadVec<T, 8>(xv, x + r * in + i);
 #pragma unroll
-          for (int j = 0; j < 8; ++j) acc[r] += wv[j] * xv[j];
+            for (int j = 0; j < 8; ++j) acc[r] += wv[j] * xv[j];
+          }
         }
       }
-    }
-  } else {
-    for (int64_t i = lane; i < in; i += 32) {
-      float wv = toF(wr[i]);
+    } else {
+      for (int64_t i = int64_t(sub) * 32 + lane; i < in; i += int64_t(S) * 32) {
+        float wv = toF(wr[i]);
 #pragma unroll
-      for (int r = 0; r < NR; ++r)
-        if (r < n) acc[r] += wv * toF(x[r * in + i]);
+        for (int r = 0; r < NR; ++r)
+          if (r < n) acc[r] += wv * toF(x[r * in + i]);
+      }
+    }
+    if (lora.t && sub == 0) addExpand<T, NR>(acc, lora, o, n, outF, lane);
+  }
+#pragma unroll
+  for (int r = 0; r < NR; ++r) acc[r] = warpSum(acc[r]);
+  if (S > 1) {
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < NR; ++r) partial[warp][r] = acc[r];
+    }
+    __syncthreads();
+    if (sub == 0) {
+#pragma unroll
+      for (int r = 0; r < NR; ++r) {
+        acc[r] = 0;
+        for (int j = 0; j < S; ++j) acc[r] += partial[warp + j][r];
+      }
     }
   }
-  if (lora.t) addExpand<T, NR>(acc, lora, o, n, outF, lane);
-  float b = bias ? loadAny(bias, biasType, o) : 0.0f;
+  if (!live || sub != 0) return;
+  const float b = bias ? loadAny(bias, biasType, o) : 0.0f;
 #pragma unroll
-  for (int r = 0; r < NR; ++r) {
-    float v = warpSum(acc[r]);
-    if (lane == r && r < n) out[r * outF + o] = fromF<T>(v + b);
-  }
+  for (int r = 0; r < NR; ++r)
+    if (lane == r && r < n) out[r * outF + o] = fromF<T>(acc[r] + b);
 }
 
 // 64 x 64 output tile per block, 16-deep k steps through shared memory (widened to f32),
@@ -140,16 +161,25 @@ __global__ void addBiasKernel(T* out, const void* bias, DType biasType, int64_t 
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// Warps per output feature: enough features x warps to fill the GPU (about 32 warps a
+// multiprocessor), each warp still taking at least one 256-element run.
+int warpsPerFeature(int64_t in, int64_t outF) {
+  int S = 1;
+  while (S < kGemvWarps && outF * S < int64_t(smCount()) * 32 && in >= int64_t(S) * 2 * 256) S *= 2;
+  return S;
+}
+
 template <typename T, typename W, int NR>
 void launchGemv(T* out, const T* x, const W* w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
                 const LoraExpandArgs& lora) {
-  unsigned grid = blocksFor(outF, kGemvWarps);
+  const int S = warpsPerFeature(in, outF);
+  unsigned grid = blocksFor(outF, kGemvWarps / S);
   const void* b = bias ? bias->data : nullptr;
   DType bt = bias ? bias->dtype : DType::F32;
   if (in % 8 == 0 && aligned16(x) && aligned16(w))
-    gemvKernel<T, W, NR, true><<<grid, kGemvWarps * 32, 0, stream()>>>(out, x, w, b, bt, int(n), in, outF, lora);
+    gemvKernel<T, W, NR, true><<<grid, kGemvWarps * 32, 0, stream()>>>(out, x, w, b, bt, int(n), in, outF, S, lora);
   else
-    gemvKernel<T, W, NR, false><<<grid, kGemvWarps * 32, 0, stream()>>>(out, x, w, b, bt, int(n), in, outF, lora);
+    gemvKernel<T, W, NR, false><<<grid, kGemvWarps * 32, 0, stream()>>>(out, x, w, b, bt, int(n), in, outF, S, lora);
 }
 
 // n <= kMaxGemvRows rows; lora.t null: no LoRA.
@@ -163,7 +193,6 @@ void gemv(DType act, void* out, const void* x, Weights w, const Weights* bias, i
       const T* xp = static_cast<const T*>(x);
       const W* wp = static_cast<const W*>(w.data);
       if (n == 1) launchGemv<T, W, 1>(o, xp, wp, bias, n, in, outF, lora);
-      else if (n <= 4) launchGemv<T, W, 4>(o, xp, wp, bias, n, in, outF, lora);
       else launchGemv<T, W, kMaxGemvRows>(o, xp, wp, bias, n, in, outF, lora);
     });
   });

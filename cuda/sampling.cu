@@ -1,5 +1,7 @@
 // Token choice and log-probabilities on the GPU, one block per row; only token ids and
-// the requested logprobs leave the device.
+// the requested logprobs leave the device. A row's largest logit (all greedy decoding
+// needs) is first found by many blocks over slices of the vocabulary, not by the row's
+// one block: a 152K vocabulary is too long for one block to scan in a few microseconds.
 //
 // sample() must pick the token cpu::sample picks for the same logits. The CPU sorts the
 // vocabulary (logit descending, index ascending), keeps the top k, then the shortest
@@ -187,9 +189,23 @@ __device__ uint64_t rowMaxKey(const T* x, int64_t vocab, uint64_t below, uint64_
   return blockMax(best, shared);
 }
 
+// partMax[row * gridDim.y + slice]: the largest key of one slice of the row.
+template <typename T>
+__global__ __launch_bounds__(kThreads) void sliceMaxKernel(uint64_t* partMax, const T* logits, int64_t vocab) {
+  __shared__ uint64_t maxShared[kWarps];
+  const int64_t r = blockIdx.x;
+  const int64_t per = (vocab + gridDim.y - 1) / gridDim.y;
+  const int64_t begin = blockIdx.y * per, end = min(vocab, begin + per);
+  const T* x = logits + r * vocab;
+  uint64_t best = 0;
+  for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) best = max(best, keyOf(toF(x[i]), i));
+  best = blockMax(best, maxShared);
+  if (threadIdx.x == 0) partMax[r * gridDim.y + blockIdx.y] = best;
+}
+
 template <typename T>
 __global__ __launch_bounds__(kThreads) void sampleKernel(int32_t* outIds, const T* logits, int64_t vocab,
-                                                         SamplingRows p) {
+                                                         SamplingRows p, const uint64_t* partMax, int slices) {
   __shared__ SelectShared sh;
   __shared__ uint64_t maxShared[kWarps];
   __shared__ double sumShared[32];
@@ -197,7 +213,9 @@ __global__ __launch_bounds__(kThreads) void sampleKernel(int32_t* outIds, const 
   const T* x = logits + r * vocab;
   const float temperature = p.temperature[r], topP = p.topP[r];
   const int32_t topK = p.topK[r];
-  const uint64_t best = rowMaxKey(x, vocab, UINT64_MAX, maxShared);
+  uint64_t best = 0;
+  for (int i = threadIdx.x; i < slices; i += kThreads) best = max(best, partMax[r * slices + i]);
+  best = blockMax(best, maxShared);
   if (temperature <= 0 || topK == 1) {  // greedy: the first of tied maxima
     if (threadIdx.x == 0) outIds[r] = indexOf(best);
     return;
@@ -251,9 +269,14 @@ __global__ __launch_bounds__(kThreads) void logprobsKernel(float* chosenLp, int3
 
 void sample(DType act, int32_t* outIds, const void* logits, int64_t n, int64_t vocab, SamplingRows p) {
   if (n == 0) return;
+  const int slices = int(std::max<int64_t>(1, std::min<int64_t>(64, (vocab + 4095) / 4096)));
+  Scratch partMax(size_t(n) * slices * sizeof(uint64_t), "sample scratch");
   withAct(act, [&](auto t) {
     using T = decltype(t);
-    sampleKernel<T><<<unsigned(n), kThreads, 0, stream()>>>(outIds, static_cast<const T*>(logits), vocab, p);
+    const T* x = static_cast<const T*>(logits);
+    sliceMaxKernel<T><<<dim3(unsigned(n), unsigned(slices)), kThreads, 0, stream()>>>(partMax.as<uint64_t>(), x, vocab);
+    checkLaunch("sample slice-max kernel");
+    sampleKernel<T><<<unsigned(n), kThreads, 0, stream()>>>(outIds, x, vocab, p, partMax.as<uint64_t>(), slices);
   });
   checkLaunch("sample kernel");
 }

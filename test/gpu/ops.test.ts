@@ -69,10 +69,11 @@ describeGpu('cuda row ops', () => {
     });
 
     describe.each(WEIGHT_DTYPES)('linear, %s weights', (wd) => {
-      // [n, in, out]: GEMV sizes (1, <= 4, <= 16), past it (tiled / cuBLASLt), odd and aligned widths.
+      // [n, in, out]: GEMV sizes (1, <= 4), past it (tiled / cuBLASLt), odd and aligned widths;
+      // narrow outputs over long rows, where 2 to 8 warps share an output feature.
       const shapes = [[1, 7, 33], [1, 64, 256], [1, 1024, 130], [3, 130, 33], [4, 64, 64], [5, 1024, 256],
         [16, 64, 33], [17, 130, 256], [64, 1024, 512], [70, 64, 33], [256, 2048, 1024],
-        [1, 64, 4227], [5, 130, 4229], [16, 1024, 4230]];
+        [1, 64, 4227], [5, 130, 4229], [16, 1024, 4230], [1, 2048, 1024], [4, 3072, 1000], [2, 3000, 77], [1, 1024, 4096]];
       it.each(shapes)('n %i, in %i, out %i', (n, inF, outF) => {
         const rng = new Rng(n * 7 + inF * 3 + outF);
         const w = weightPair(wd, [outF, inF], rng.floats(outF * inF));

@@ -33,13 +33,23 @@ it.runIf(HAS_CUDA && process.env.MSTAR_GPU_TIMING === '1')('timings', () => {
   // Decode GEMV: bound by reading the weights once.
   const w = randn('bf16', [12288, 4096], 1, 0.02);
   const bytes = 12288 * 4096 * 2;
-  for (const n of [1, 4, 8, 16]) {
+  // n = 17 takes cuBLASLt: compare it with the GEMV's n = 2..4 (and 8, 16 there too).
+  for (const n of [1, 2, 4, 8, 16, 17]) {
     for (const act of ['bf16', 'f32'] as const) {
       const x = randn(act, [n, 4096], 2);
       const out = addon.empty(act, [n, 12288], 'cuda');
       const s = time(() => addon.linear(out, x, w, null));
       report(`linear n=${n} 4096->12288 bf16 w, ${act} x`, s, `${((bytes / s) / 1e12).toFixed(2)} TB/s (${((bytes / HBM / s) * 100).toFixed(0)}% of HBM)`);
     }
+  }
+  // Qwen3-0.6B's decode projections at n = 1: too small for one warp a row to fill the GPU.
+  for (const [inF, outF] of [[1024, 4096], [2048, 1024], [1024, 6144], [3072, 1024]]) {
+    const wq = randn('bf16', [outF, inF], 8, 0.02);
+    const x = randn('bf16', [1, inF], 9);
+    const out = addon.empty('bf16', [1, outF], 'cuda');
+    const s = time(() => addon.linear(out, x, wq, null));
+    const b = outF * inF * 2;
+    report(`linear n=1 ${inF}->${outF} bf16`, s, `${((b / s) / 1e12).toFixed(2)} TB/s (${((b / HBM / s) * 100).toFixed(0)}% of HBM)`);
   }
   // Prefill GEMM: cuBLASLt for bf16, the tiled kernel for f32.
   for (const [n, act] of [[512, 'bf16'], [2048, 'bf16'], [512, 'f32']] as const) {
