@@ -1,5 +1,6 @@
 // Element-wise ops: SiLU(gate) * up, and a plain add (the residual of a block).
 #include "common.cuh"
+#include "shrink.cuh"
 
 namespace mstar::gpu {
 namespace {
@@ -13,6 +14,24 @@ __global__ void siluMulKernel(T* out, const T* gateUp, int64_t n, int64_t inter)
     float g = toF(gateUp[r * 2 * inter + i]), u = toF(gateUp[r * 2 * inter + inter + i]);
     out[j] = fromF<T>(g / (1.0f + expf(-g)) * u);
   }
+}
+
+// siluMul of row blockIdx.x, and the LoRA shrink of that row where it is made: the row's
+// gridDim.y blocks each store their share of the columns and shrink 8 rank rows, one a
+// warp, recomputing the values they need as siluMul stores them.
+template <typename T, typename A>
+__global__ void siluMulShrinkKernel(T* out, const T* gateUp, int64_t inter, T* t, const A* a, int64_t numSlots,
+                                    const int32_t* slotOfRow, int64_t rankRows, bool vec) {
+  const int64_t row = blockIdx.x;
+  const T* g = gateUp + row * 2 * inter;
+  auto act = [&](int64_t i) {
+    float gi = toF(g[i]), ui = toF(g[inter + i]);
+    return toF(fromF<T>(gi / (1.0f + expf(-gi)) * ui));
+  };
+  const int64_t share = (inter + gridDim.y - 1) / gridDim.y, end = min(inter, (blockIdx.y + 1) * share);
+  for (int64_t i = blockIdx.y * share + threadIdx.x; i < end; i += blockDim.x) out[row * inter + i] = fromF<T>(act(i));
+  const int64_t k = int64_t(blockIdx.y) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (k < rankRows) shrinkRow(t, a, numSlots, slotOfRow[row], row, k, rankRows, inter, threadIdx.x % 32, vec, act);
 }
 
 template <typename T>
@@ -33,6 +52,22 @@ void siluMul(DType act, void* out, const void* gateUp, int64_t n, int64_t inter)
     siluMulKernel<T><<<gridFor(n * inter), 256, 0, stream()>>>(static_cast<T*>(out), static_cast<const T*>(gateUp), n, inter);
   });
   checkLaunch("siluMul kernel");
+}
+
+void siluMulShrink(DType act, void* out, const void* gateUp, int64_t n, int64_t inter, LoraShrinkArgs lora) {
+  if (n * inter == 0) return;
+  const dim3 grid(unsigned(n), unsigned(std::max<int64_t>(1, (lora.rankRows + 7) / 8)));
+  withAct(act, [&](auto t) {
+    withFloat(lora.a.dtype, [&](auto at) {
+      using T = decltype(t);
+      using A = decltype(at);
+      const bool vec = rowsAligned16(lora.a.data, inter, sizeof(A));
+      siluMulShrinkKernel<T, A><<<grid, 256, 0, stream()>>>(static_cast<T*>(out), static_cast<const T*>(gateUp), inter,
+                                                            static_cast<T*>(lora.t), static_cast<const A*>(lora.a.data),
+                                                            lora.numSlots, lora.slotOfRow, lora.rankRows, vec);
+    });
+  });
+  checkLaunch("siluMulShrink kernel");
 }
 
 void add(DType act, void* out, const void* a, const void* b, int64_t n) {

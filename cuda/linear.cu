@@ -47,7 +47,7 @@ __device__ __forceinline__ void addExpand(float (&acc)[NR], const LoraExpandArgs
 template <typename T, typename W, int NR, bool VEC>
 __global__ __launch_bounds__(kGemvWarps * 32) void gemvKernel(T* out, const T* x, const W* w, const void* bias,
                                                                DType biasType, int n, int64_t in, int64_t outF, int S,
-                                                               LoraExpandArgs lora) {
+                                                               LoraExpandArgs lora, bool accumulate) {
   __shared__ float partial[kGemvWarps][NR];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = warp % S;
   const int64_t o = blockIdx.x * int64_t(kGemvWarps / S) + warp / S;
@@ -102,8 +102,12 @@ __global__ __launch_bounds__(kGemvWarps * 32) void gemvKernel(T* out, const T* x
   if (!live || sub != 0) return;
   const float b = bias ? loadAny(bias, biasType, o) : 0.0f;
 #pragma unroll
-  for (int r = 0; r < NR; ++r)
-    if (lane == r && r < n) out[r * outF + o] = fromF<T>(acc[r] + b);
+  for (int r = 0; r < NR; ++r) {
+    if (lane == r && r < n) {
+      T* dst = out + r * outF + o;
+      *dst = fromF<T>((accumulate ? toF(*dst) : 0.0f) + acc[r] + b);
+    }
+  }
 }
 
 // 64 x 64 output tile per block, 16-deep k steps through shared memory (widened to f32),
@@ -112,7 +116,7 @@ constexpr int kBM = 64, kBN = 64, kBK = 16;
 
 template <typename T, typename W>
 __global__ __launch_bounds__(256) void gemmKernel(T* out, const T* x, const W* w, const void* bias, DType biasType,
-                                                  int64_t n, int64_t in, int64_t outF) {
+                                                  int64_t n, int64_t in, int64_t outF, bool accumulate) {
   __shared__ float xs[kBK][kBM + 4];
   __shared__ float ws[kBK][kBN + 4];
   int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
@@ -148,7 +152,9 @@ __global__ __launch_bounds__(256) void gemmKernel(T* out, const T* x, const W* w
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       int64_t gn = n0 + tx * 4 + j;
-      if (gn < outF) out[gm * outF + gn] = fromF<T>(acc[i][j] + (bias ? loadAny(bias, biasType, gn) : 0.0f));
+      if (gn >= outF) continue;
+      T* dst = out + gm * outF + gn;
+      *dst = fromF<T>((accumulate ? toF(*dst) : 0.0f) + acc[i][j] + (bias ? loadAny(bias, biasType, gn) : 0.0f));
     }
   }
 }
@@ -171,20 +177,20 @@ int warpsPerFeature(int64_t in, int64_t outF) {
 
 template <typename T, typename W, int NR>
 void launchGemv(T* out, const T* x, const W* w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
-                const LoraExpandArgs& lora) {
+                const LoraExpandArgs& lora, bool accumulate) {
   const int S = warpsPerFeature(in, outF);
   unsigned grid = blocksFor(outF, kGemvWarps / S);
   const void* b = bias ? bias->data : nullptr;
   DType bt = bias ? bias->dtype : DType::F32;
   if (in % 8 == 0 && aligned16(x) && aligned16(w))
-    gemvKernel<T, W, NR, true><<<grid, kGemvWarps * 32, 0, stream()>>>(out, x, w, b, bt, int(n), in, outF, S, lora);
+    gemvKernel<T, W, NR, true><<<grid, kGemvWarps * 32, 0, stream()>>>(out, x, w, b, bt, int(n), in, outF, S, lora, accumulate);
   else
-    gemvKernel<T, W, NR, false><<<grid, kGemvWarps * 32, 0, stream()>>>(out, x, w, b, bt, int(n), in, outF, S, lora);
+    gemvKernel<T, W, NR, false><<<grid, kGemvWarps * 32, 0, stream()>>>(out, x, w, b, bt, int(n), in, outF, S, lora, accumulate);
 }
 
 // n <= kMaxGemvRows rows; lora.t null: no LoRA.
 void gemv(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
-          const LoraExpandArgs& lora) {
+          const LoraExpandArgs& lora, bool accumulate) {
   withAct(act, [&](auto t) {
     withFloat(w.dtype, [&](auto wt) {
       using T = decltype(t);
@@ -192,8 +198,8 @@ void gemv(DType act, void* out, const void* x, Weights w, const Weights* bias, i
       T* o = static_cast<T*>(out);
       const T* xp = static_cast<const T*>(x);
       const W* wp = static_cast<const W*>(w.data);
-      if (n == 1) launchGemv<T, W, 1>(o, xp, wp, bias, n, in, outF, lora);
-      else launchGemv<T, W, kMaxGemvRows>(o, xp, wp, bias, n, in, outF, lora);
+      if (n == 1) launchGemv<T, W, 1>(o, xp, wp, bias, n, in, outF, lora, accumulate);
+      else launchGemv<T, W, kMaxGemvRows>(o, xp, wp, bias, n, in, outF, lora, accumulate);
     });
   });
   checkLaunch("linear GEMV kernel");
@@ -201,10 +207,12 @@ void gemv(DType act, void* out, const void* x, Weights w, const Weights* bias, i
 
 }  // namespace
 
-void linear(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF) {
+void linear(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
+            bool accumulate) {
   if (n == 0 || outF == 0) return;
-  if (n <= kMaxGemvRows) return gemv(act, out, x, w, bias, n, in, outF, LoraExpandArgs{});
-  if (act == DType::BF16 && w.dtype == DType::BF16 && in > 0 && cublaslt::gemmBf16(out, x, w.data, n, in, outF, stream())) {
+  if (n <= kMaxGemvRows) return gemv(act, out, x, w, bias, n, in, outF, LoraExpandArgs{}, accumulate);
+  if (act == DType::BF16 && w.dtype == DType::BF16 && in > 0 &&
+      cublaslt::gemmBf16(out, x, w.data, n, in, outF, stream(), accumulate)) {
     if (bias) {
       unsigned grid = unsigned(std::min<int64_t>(blocksFor(n * outF, 256), smCount() * 8));
       addBiasKernel<bf16><<<grid, 256, 0, stream()>>>(static_cast<bf16*>(out), bias->data, bias->dtype, n, outF);
@@ -219,17 +227,17 @@ void linear(DType act, void* out, const void* x, Weights w, const Weights* bias,
       dim3 grid(blocksFor(outF, kBN), blocksFor(n, kBM));
       gemmKernel<T, W><<<grid, 256, 0, stream()>>>(static_cast<T*>(out), static_cast<const T*>(x),
                                                    static_cast<const W*>(w.data), bias ? bias->data : nullptr,
-                                                   bias ? bias->dtype : DType::F32, n, in, outF);
+                                                   bias ? bias->dtype : DType::F32, n, in, outF, accumulate);
     });
   });
   checkLaunch("linear kernel");
 }
 
 void linearExpand(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in,
-                  int64_t outF, LoraExpandArgs lora) {
+                  int64_t outF, LoraExpandArgs lora, bool accumulate) {
   if (n == 0 || outF == 0) return;
-  if (n <= kMaxGemvRows) return gemv(act, out, x, w, bias, n, in, outF, lora);
-  linear(act, out, x, w, bias, n, in, outF);
+  if (n <= kMaxGemvRows) return gemv(act, out, x, w, bias, n, in, outF, lora, accumulate);
+  linear(act, out, x, w, bias, n, in, outF, accumulate);
   loraExpand(act, out, lora.t, lora.b, lora.numSlots, lora.slotOfRow, lora.sliceStarts, lora.numSlices, n, outF,
              lora.rank);
 }

@@ -6,30 +6,24 @@
 #include <cstring>
 
 #include "common.cuh"
+#include "shrink.cuh"
 
 namespace mstar::gpu {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
 
-// t[r, k] = x[r] · a[slot, k]: one warp per (row, rank row), lanes striding over `in`.
+// t[r, k] = x[r] · a[slot, k]: one warp per (row, rank row), wide loads where rows allow.
 // Rows of slot 0 (or of a slot outside the table) get zeros.
-template <typename T, typename W>
-__global__ void shrinkKernel(T* t, const T* x, const W* a, int64_t numSlots, const int32_t* slotOfRow, int64_t in,
-                             int64_t rankRows) {
+template <typename T, typename A>
+__global__ void shrinkKernel(T* t, const T* x, const A* a, int64_t numSlots, const int32_t* slotOfRow, int64_t in,
+                             int64_t rankRows, bool vec) {
   int64_t r = blockIdx.x;  // rows on x: y and z are limited to 65535
   int64_t k = blockIdx.y * int64_t(kWarpsPerBlock) + threadIdx.x / 32;
   int lane = threadIdx.x % 32;
   if (k >= rankRows) return;
-  int32_t slot = slotOfRow[r];
-  float acc = 0;
-  if (slot > 0 && slot < numSlots) {
-    const T* xr = x + r * in;
-    const W* ar = a + (int64_t(slot) * rankRows + k) * in;
-    for (int64_t i = lane; i < in; i += 32) acc += toF(xr[i]) * toF(ar[i]);
-    acc = warpSum(acc);
-  }
-  if (lane == 0) t[r * rankRows + k] = fromF<T>(acc);
+  const T* xr = x + r * in;
+  shrinkRow(t, a, numSlots, slotOfRow[r], r, k, rankRows, in, lane, vec, [&](int64_t i) { return toF(xr[i]); });
 }
 
 // out[r, o] += t[r, slice(o)] · b[slot, o]: one thread per (row, output column). The
@@ -100,9 +94,10 @@ void loraShrink(DType act, void* t, const void* x, Weights a, int64_t numSlots, 
     withFloat(a.dtype, [&](auto wt) {
       using T = decltype(tt);
       using W = decltype(wt);
+      const bool vec = rowsAligned16(a.data, in, sizeof(W)) && rowsAligned16(x, in, sizeof(T));
       shrinkKernel<T, W><<<grid, kWarpsPerBlock * 32, 0, stream()>>>(static_cast<T*>(t), static_cast<const T*>(x),
                                                                       static_cast<const W*>(a.data), numSlots, slotOfRow,
-                                                                      in, rankRows);
+                                                                      in, rankRows, vec);
     });
   });
   checkLaunch("loraShrink kernel");

@@ -1,6 +1,7 @@
 // RMSNorm variants, as transformers computes them: x * (1 / sqrt(mean(x^2) + eps)), then * w.
 // Sums of squares in f32 (the CPU sums in f64; the difference is far below bf16's step).
 #include "common.cuh"
+#include "shrink.cuh"
 
 namespace mstar::gpu {
 namespace {
@@ -24,10 +25,9 @@ __global__ void rmsNormKernel(T* out, const T* x, const W* w, int64_t dim, float
 }
 
 // residual += x (stored in T, rounded as a bf16 model's residual stream is), then the
-// norm of the stored residual into out: row blockIdx.x. Each thread re-reads only what
-// it wrote itself.
+// norm of the stored residual into out. Each thread re-reads only what it wrote itself.
 template <typename T, typename W>
-__device__ void addRmsNormRow(T* residual, const T* x, const W* w, T* out, int64_t dim, float eps) {
+__global__ void addRmsNormKernel(T* residual, const T* x, const W* w, T* out, int64_t dim, float eps) {
   __shared__ float partial[32];
   T* res = residual + blockIdx.x * dim;
   const T* xr = x + blockIdx.x * dim;
@@ -43,34 +43,28 @@ __device__ void addRmsNormRow(T* residual, const T* x, const W* w, T* out, int64
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) o[i] = fromF<T>(toF(w[i]) * (toF(res[i]) * r));
 }
 
-template <typename T, typename W>
-__global__ void addRmsNormKernel(T* residual, const T* x, const W* w, T* out, int64_t dim, float eps) {
-  addRmsNormRow(residual, x, w, out, dim, eps);
-}
-
-// addRmsNormKernel's row, then t[row] = out[row] · a[slot]ᵀ by the same block (the LoRA
-// shrink where its input is made): each warp takes rank rows in turn and sums them as
-// loraShrink's kernel does (lanes striding over dim, then a warp sum), so the values are
-// bit for bit those of the two ops.
+// rmsNorm of row blockIdx.x, and the LoRA shrink of the normed row where it is made: the
+// row's gridDim.y blocks each work out the row's scale (x is only read, so they need not
+// wait for each other), store their share of the columns, and shrink kWarps rank rows,
+// one a warp, recomputing the normed values they need as rmsNorm stores them.
 template <typename T, typename W, typename A>
-__global__ void addRmsNormShrinkKernel(T* residual, const T* x, const W* w, T* out, int64_t dim, float eps, T* t,
-                                       const A* a, int64_t numSlots, const int32_t* slotOfRow, int64_t rankRows) {
-  addRmsNormRow(residual, x, w, out, dim, eps);
-  __syncthreads();  // the whole normed row is in out, visible to the block
-  const int64_t r = blockIdx.x;
-  const int32_t slot = slotOfRow[r];
-  const bool on = slot > 0 && slot < numSlots;
-  const T* o = out + r * dim;
-  const int lane = threadIdx.x % 32;
-  for (int64_t k = threadIdx.x / 32; k < rankRows; k += blockDim.x / 32) {
-    float acc = 0;
-    if (on) {
-      const A* ar = a + (int64_t(slot) * rankRows + k) * dim;
-      for (int64_t i = lane; i < dim; i += 32) acc += toF(o[i]) * toF(ar[i]);
-      acc = warpSum(acc);
-    }
-    if (lane == 0) t[r * rankRows + k] = fromF<T>(acc);
+__global__ void rmsNormShrinkKernel(T* out, const T* x, const W* w, int64_t dim, float eps, T* t, const A* a,
+                                    int64_t numSlots, const int32_t* slotOfRow, int64_t rankRows, bool vec) {
+  __shared__ float partial[32];
+  const int64_t row = blockIdx.x;
+  const T* xr = x + row * dim;
+  T* o = out + row * dim;
+  float ss = 0;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    float v = toF(xr[i]);
+    ss += v * v;
   }
+  const float r = 1.0f / sqrtf(blockSum(ss, partial) / float(dim) + eps);
+  auto normed = [&](int64_t i) { return toF(fromF<T>(toF(w[i]) * (toF(xr[i]) * r))); };
+  const int64_t share = (dim + gridDim.y - 1) / gridDim.y, end = min(dim, (blockIdx.y + 1) * share);
+  for (int64_t i = blockIdx.y * share + threadIdx.x; i < end; i += blockDim.x) o[i] = fromF<T>(normed(i));
+  const int64_t k = int64_t(blockIdx.y) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (k < rankRows) shrinkRow(t, a, numSlots, slotOfRow[row], row, k, rankRows, dim, threadIdx.x % 32, vec, normed);
 }
 
 // One warp per (token, head) over the q heads then the k heads of fused qkv rows, in place.
@@ -122,23 +116,25 @@ void addRmsNorm(DType act, void* residual, const void* x, Weights w, void* out, 
   checkLaunch("addRmsNorm kernel");
 }
 
-void addRmsNormShrink(DType act, void* residual, const void* x, Weights w, void* out, int64_t rows, int64_t dim,
-                      float eps, LoraShrinkArgs lora) {
+void rmsNormShrink(DType act, void* out, const void* x, Weights w, int64_t rows, int64_t dim, float eps,
+                   LoraShrinkArgs lora) {
   if (rows == 0) return;
+  const dim3 grid(unsigned(rows), unsigned(std::max<int64_t>(1, (lora.rankRows + kThreads / 32 - 1) / (kThreads / 32))));
   withAct(act, [&](auto t) {
     withFloat(w.dtype, [&](auto wt) {
       withFloat(lora.a.dtype, [&](auto at) {
         using T = decltype(t);
         using W = decltype(wt);
         using A = decltype(at);
-        addRmsNormShrinkKernel<T, W, A><<<unsigned(rows), kThreads, 0, stream()>>>(
-            static_cast<T*>(residual), static_cast<const T*>(x), static_cast<const W*>(w.data), static_cast<T*>(out),
-            dim, eps, static_cast<T*>(lora.t), static_cast<const A*>(lora.a.data), lora.numSlots, lora.slotOfRow,
-            lora.rankRows);
+        const bool vec = rowsAligned16(lora.a.data, dim, sizeof(A));
+        rmsNormShrinkKernel<T, W, A><<<grid, kThreads, 0, stream()>>>(
+            static_cast<T*>(out), static_cast<const T*>(x), static_cast<const W*>(w.data), dim, eps,
+            static_cast<T*>(lora.t), static_cast<const A*>(lora.a.data), lora.numSlots, lora.slotOfRow, lora.rankRows,
+            vec);
       });
     });
   });
-  checkLaunch("addRmsNormShrink kernel");
+  checkLaunch("rmsNormShrink kernel");
 }
 
 void headRmsNorm(DType act, void* qkv, Weights qw, Weights kw, int64_t n, HeadLayout l, float eps) {

@@ -29,7 +29,9 @@ void embedding(DType act, void* out, Weights table, int64_t tableRows, const int
 void rmsNorm(DType act, void* out, const void* x, Weights w, int64_t rows, int64_t dim, float eps);
 void addRmsNorm(DType act, void* residual, const void* x, Weights w, void* out, int64_t rows, int64_t dim, float eps);
 void headRmsNorm(DType act, void* qkv, Weights qw, Weights kw, int64_t n, HeadLayout l, float eps);
-void linear(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF);
+// accumulate: out += x · wᵀ (+ bias), one rounding (how the residual stream takes a projection).
+void linear(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
+            bool accumulate = false);
 void rope(DType act, void* qkv, const int32_t* positions, const float* invFreq, int64_t n, HeadLayout l, int half);
 void siluMul(DType act, void* out, const void* gateUp, int64_t n, int64_t inter);
 void add(DType act, void* out, const void* a, const void* b, int64_t n);
@@ -71,13 +73,14 @@ struct LoraExpandArgs {
   const int32_t* sliceStarts;  // numSlices + 1 entries, in device memory
   int64_t numSlices, rank;
 };
-// addRmsNorm, then the shrink of its output rows, in one launch.
-void addRmsNormShrink(DType act, void* residual, const void* x, Weights w, void* out, int64_t rows, int64_t dim,
-                      float eps, LoraShrinkArgs lora);
+// rmsNorm or siluMul, then the shrink of their output rows, in one launch.
+void rmsNormShrink(DType act, void* out, const void* x, Weights w, int64_t rows, int64_t dim, float eps,
+                   LoraShrinkArgs lora);
+void siluMulShrink(DType act, void* out, const void* gateUp, int64_t n, int64_t inter, LoraShrinkArgs lora);
 // linear with the expand added before the output is stored (decode GEMV), or linear then
-// loraExpand (larger batches).
+// loraExpand (larger batches). accumulate: out += instead of out =.
 void linearExpand(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in,
-                  int64_t outF, LoraExpandArgs lora);
+                  int64_t outF, LoraExpandArgs lora, bool accumulate);
 void copyRegion(void* dst, DType dt, int64_t dstCols, const void* src, DType st, int64_t rows, int64_t cols,
                 int64_t rowOffset, int64_t colOffset, float scale, bool transpose);
 void fill(void* t, DType dt, int64_t n, float value);

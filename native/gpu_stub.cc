@@ -47,7 +47,7 @@ void embedding(DType, void*, Weights, int64_t, const int32_t*, int64_t, int64_t)
 void rmsNorm(DType, void*, const void*, Weights, int64_t, int64_t, float) { none(); }
 void addRmsNorm(DType, void*, const void*, Weights, void*, int64_t, int64_t, float) { none(); }
 void headRmsNorm(DType, void*, Weights, Weights, int64_t, HeadLayout, float) { none(); }
-void linear(DType, void*, const void*, Weights, const Weights*, int64_t, int64_t, int64_t) { none(); }
+void linear(DType, void*, const void*, Weights, const Weights*, int64_t, int64_t, int64_t, bool) { none(); }
 void rope(DType, void*, const int32_t*, const float*, int64_t, HeadLayout, int) { none(); }
 void siluMul(DType, void*, const void*, int64_t, int64_t) { none(); }
 void add(DType, void*, const void*, const void*, int64_t) { none(); }
@@ -68,8 +68,9 @@ void loraExpand(DType, void*, const void*, Weights, int64_t, const int32_t*, con
                 int64_t) {
   none();
 }
-void addRmsNormShrink(DType, void*, const void*, Weights, void*, int64_t, int64_t, float, LoraShrinkArgs) { none(); }
-void linearExpand(DType, void*, const void*, Weights, const Weights*, int64_t, int64_t, int64_t, LoraExpandArgs) {
+void rmsNormShrink(DType, void*, const void*, Weights, int64_t, int64_t, float, LoraShrinkArgs) { none(); }
+void siluMulShrink(DType, void*, const void*, int64_t, int64_t, LoraShrinkArgs) { none(); }
+void linearExpand(DType, void*, const void*, Weights, const Weights*, int64_t, int64_t, int64_t, LoraExpandArgs, bool) {
   none();
 }
 void copyRegion(void*, DType, int64_t, const void*, DType, int64_t, int64_t, int64_t, int64_t, float, bool) { none(); }

@@ -16,7 +16,7 @@ Napi::Value LoraShrink(const Napi::CallbackInfo& info) {
   OpArgs a(info, "loraShrink");
   Tensor &t = a.tensor(0, "t"), &x = a.tensor(1, "x"), &w = a.tensor(2, "a"), &slots = a.tensor(3, "slotOfRow");
   bool cuda = a.oneDevice();
-  expectShrink(a, t, x, w, slots);
+  expectShrink(a, t, x, "x", w, slots);
   DType act = x.dtype();
   if (cuda) {
     a.run([&] {
@@ -49,36 +49,59 @@ Napi::Value LoraExpand(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// addRmsNormShrink(residual, x, w, eps, out, t, a, slotOfRow): addRmsNorm, then loraShrink
-// of its output: on CUDA one launch, the shrink computed where the normed row is made.
-Napi::Value AddRmsNormShrink(const Napi::CallbackInfo& info) {
-  OpArgs a(info, "addRmsNormShrink");
-  Tensor &res = a.tensor(0, "residual"), &x = a.tensor(1, "x"), &w = a.tensor(2, "w");
+// rmsNormShrink(out, x, w, eps, t, a, slotOfRow): rmsNorm, then loraShrink of its output;
+// on CUDA one launch, the shrink computed where the normed row is made.
+Napi::Value RmsNormShrink(const Napi::CallbackInfo& info) {
+  OpArgs a(info, "rmsNormShrink");
+  Tensor &out = a.tensor(0, "out"), &x = a.tensor(1, "x"), &w = a.tensor(2, "w");
   float eps = float(a.number(3, "eps"));
-  Tensor &out = a.tensor(4, "out"), &t = a.tensor(5, "t"), &la = a.tensor(6, "a"), &slots = a.tensor(7, "slotOfRow");
+  Tensor &t = a.tensor(4, "t"), &la = a.tensor(5, "a"), &slots = a.tensor(6, "slotOfRow");
   bool cuda = a.oneDevice();
-  DType act = expectAddRmsNorm(a, res, x, w, out);
-  expectShrink(a, t, out, la, slots);
-  const int64_t rows = res.dim(0), dim = w.dim(0);
+  DType act = expectRmsNorm(a, out, x, w);
+  expectShrink(a, t, out, "out", la, slots);
+  const int64_t rows = out.dim(0), dim = w.dim(0);
   if (cuda) {
     a.run([&] {
-      gpu::addRmsNormShrink(act, res.data(), x.data(), a.weights(w), out.data(), rows, dim, eps,
-                            {t.data(), a.weights(la), la.dim(0), slots.ptr<int32_t>(), la.dim(1)});
+      gpu::rmsNormShrink(act, out.data(), x.data(), a.weights(w), rows, dim, eps,
+                         {t.data(), a.weights(la), la.dim(0), slots.ptr<int32_t>(), la.dim(1)});
     });
     return info.Env().Undefined();
   }
-  cpu::addRmsNorm(res.ptr<float>(), x.ptr<float>(), a.weights(w), out.ptr<float>(), rows, dim, eps);
+  cpu::rmsNorm(out.ptr<float>(), x.ptr<float>(), a.weights(w), rows, dim, eps);
   cpu::loraShrink(t.ptr<float>(), out.ptr<float>(), a.weights(la), slots.ptr<int32_t>(), rows, dim, la.dim(1));
   return info.Env().Undefined();
 }
 
-// linearExpand(out, x, w, bias, t, b, slotOfRow, sliceStarts): linear, then loraExpand into
-// its output: on CUDA the expand is the decode GEMV's epilogue.
+// siluMulShrink(out, gateUp, t, a, slotOfRow): siluMul, then loraShrink of its output; on
+// CUDA one launch.
+Napi::Value SiluMulShrink(const Napi::CallbackInfo& info) {
+  OpArgs a(info, "siluMulShrink");
+  Tensor &out = a.tensor(0, "out"), &gu = a.tensor(1, "gateUp");
+  Tensor &t = a.tensor(2, "t"), &la = a.tensor(3, "a"), &slots = a.tensor(4, "slotOfRow");
+  bool cuda = a.oneDevice();
+  DType act = expectSiluMul(a, out, gu);
+  expectShrink(a, t, out, "out", la, slots);
+  const int64_t n = out.dim(0), inter = out.dim(1);
+  if (cuda) {
+    a.run([&] {
+      gpu::siluMulShrink(act, out.data(), gu.data(), n, inter,
+                         {t.data(), a.weights(la), la.dim(0), slots.ptr<int32_t>(), la.dim(1)});
+    });
+    return info.Env().Undefined();
+  }
+  cpu::siluMul(out.ptr<float>(), gu.ptr<float>(), n, inter);
+  cpu::loraShrink(t.ptr<float>(), out.ptr<float>(), a.weights(la), slots.ptr<int32_t>(), n, inter, la.dim(1));
+  return info.Env().Undefined();
+}
+
+// linearExpand(out, x, w, bias, t, b, slotOfRow, sliceStarts, accumulate): linear (out += with
+// accumulate), then loraExpand into its output: on CUDA the expand is the decode GEMV's epilogue.
 Napi::Value LinearExpand(const Napi::CallbackInfo& info) {
   OpArgs a(info, "linearExpand");
   Tensor &out = a.tensor(0, "out"), &x = a.tensor(1, "x"), &w = a.tensor(2, "w");
   Tensor* bias = a.optionalTensor(3, "bias");
   Tensor &t = a.tensor(4, "t"), &lb = a.tensor(5, "b"), &slots = a.tensor(6, "slotOfRow"), &starts = a.tensor(7, "sliceStarts");
+  const bool accumulate = a.flag(8);
   bool cuda = a.oneDevice();
   cpu::Weights bw{};
   DType act = expectLinear(a, out, x, w, bias, &bw);
@@ -88,11 +111,11 @@ Napi::Value LinearExpand(const Napi::CallbackInfo& info) {
   if (cuda) {
     a.run([&] {
       gpu::linearExpand(act, out.data(), x.data(), a.weights(w), bias ? &bw : nullptr, n, in, outF,
-                        {t.data(), a.weights(lb), lb.dim(0), slots.ptr<int32_t>(), st, numSlices, lb.dim(2)});
+                        {t.data(), a.weights(lb), lb.dim(0), slots.ptr<int32_t>(), st, numSlices, lb.dim(2)}, accumulate);
     });
     return info.Env().Undefined();
   }
-  cpu::linear(out.ptr<float>(), x.ptr<float>(), a.weights(w), bias ? &bw : nullptr, n, in, outF);
+  cpu::linear(out.ptr<float>(), x.ptr<float>(), a.weights(w), bias ? &bw : nullptr, n, in, outF, accumulate);
   cpu::loraExpand(out.ptr<float>(), t.ptr<float>(), a.weights(lb), slots.ptr<int32_t>(), st, numSlices, n, outF,
                   lb.dim(2));
   return info.Env().Undefined();
@@ -168,7 +191,8 @@ Napi::Value MaxAbsDiff(const Napi::CallbackInfo& info) {
 void RegisterLoraOps(Napi::Env env, Napi::Object exports) {
   exports["loraShrink"] = Napi::Function::New<LoraShrink>(env, "loraShrink");
   exports["loraExpand"] = Napi::Function::New<LoraExpand>(env, "loraExpand");
-  exports["addRmsNormShrink"] = Napi::Function::New<AddRmsNormShrink>(env, "addRmsNormShrink");
+  exports["rmsNormShrink"] = Napi::Function::New<RmsNormShrink>(env, "rmsNormShrink");
+  exports["siluMulShrink"] = Napi::Function::New<SiluMulShrink>(env, "siluMulShrink");
   exports["linearExpand"] = Napi::Function::New<LinearExpand>(env, "linearExpand");
   exports["copyRegion"] = Napi::Function::New<CopyRegion>(env, "copyRegion");
   exports["fill"] = Napi::Function::New<Fill>(env, "fill");

@@ -20,6 +20,7 @@ class OpArgs {
   Tensor* optionalTensor(size_t i, const char* name) const;  // null or undefined -> nullptr
   double number(size_t i, const char* name) const;
   int integer(size_t i, const char* name, int min = 0) const;
+  bool flag(size_t i) const { return info_.Length() > i && info_[i].ToBoolean(); }  // absent: false
 
   [[noreturn]] void fail(const std::string& msg) const;
   void expect(bool ok, const std::string& msg) const { if (!ok) fail(msg); }

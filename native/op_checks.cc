@@ -4,6 +4,27 @@
 
 namespace mstar {
 
+DType expectRmsNorm(OpArgs& a, const Tensor& out, const Tensor& x, const Tensor& w) {
+  DType act = a.expectAct(x, "x");
+  a.expectAct(out, "out");
+  a.expectFloat(w, "w");
+  a.expectRank(w, 1, "w");
+  int64_t d = w.dim(0);
+  a.expect(d > 0, "w " + w.describe() + " must not be empty");  // rows = x.numel() / d
+  a.expect(x.rank() >= 1 && x.dim(x.rank() - 1) == d, "x " + x.describe() + " must end in the length of w " + w.describe());
+  a.expect(out.numel() == x.numel(), "out " + out.describe() + " must have as many elements as x " + x.describe());
+  return act;
+}
+
+DType expectSiluMul(OpArgs& a, const Tensor& out, const Tensor& gu) {
+  DType act = a.expectAct(gu, "gateUp");
+  a.expectRank(gu, 2, "gateUp");
+  a.expect(gu.dim(1) % 2 == 0, "gateUp " + gu.describe() + " must have an even width (gate, then up)");
+  a.expectAct(out, "out");
+  a.expectShape(out, {gu.dim(0), gu.dim(1) / 2}, "out");
+  return act;
+}
+
 DType expectAddRmsNorm(OpArgs& a, const Tensor& res, const Tensor& x, const Tensor& w, const Tensor& out) {
   DType act = DType::F32;
   for (auto [t, n] : {std::pair<const Tensor*, const char*>{&res, "residual"}, {&x, "x"}, {&out, "out"}}) {
@@ -46,12 +67,13 @@ void expectSlotOfRow(const OpArgs& a, const Tensor& slots, int64_t rows, int64_t
                                                " is not one of the " + std::to_string(numSlots) + " slots");
 }
 
-void expectShrink(OpArgs& a, const Tensor& t, const Tensor& x, const Tensor& w, const Tensor& slots) {
-  a.expectAct(x, "x");
-  a.expectRank(x, 2, "x");
+void expectShrink(OpArgs& a, const Tensor& t, const Tensor& x, const char* xName, const Tensor& w, const Tensor& slots) {
+  a.expectAct(x, xName);
+  a.expectRank(x, 2, xName);
   a.expectFloat(w, "a");
   a.expectRank(w, 3, "a");
-  a.expect(w.dim(2) == x.dim(1), "a " + w.describe() + " ([slots, slices * rank, in]) does not match x " + x.describe());
+  a.expect(w.dim(2) == x.dim(1),
+           "a " + w.describe() + " ([slots, slices * rank, in]) does not match " + xName + " " + x.describe());
   a.expectAct(t, "t");
   a.expectShape(t, {x.dim(0), w.dim(1)}, "t");
   expectSlotOfRow(a, slots, x.dim(0), w.dim(0));

@@ -6,6 +6,12 @@
 
 namespace mstar {
 
+// out and x [..., dim] activations of as many elements; w [dim]. Returns the activation dtype.
+DType expectRmsNorm(OpArgs& a, const Tensor& out, const Tensor& x, const Tensor& w);
+
+// gateUp [n, 2 * inter] and out [n, inter] activations. Returns the activation dtype.
+DType expectSiluMul(OpArgs& a, const Tensor& out, const Tensor& gateUp);
+
 // residual, x and out [rows, dim] activations; w [dim]. Returns the activation dtype.
 DType expectAddRmsNorm(OpArgs& a, const Tensor& res, const Tensor& x, const Tensor& w, const Tensor& out);
 
@@ -17,8 +23,8 @@ DType expectLinear(OpArgs& a, const Tensor& out, const Tensor& x, const Tensor& 
 // slotOfRow: i32 [rows]; on the CPU each entry must be one of numSlots.
 void expectSlotOfRow(const OpArgs& a, const Tensor& slots, int64_t rows, int64_t numSlots);
 
-// t [n, S*R] = x [n, in] · a [slots, S*R, in] per row's slot.
-void expectShrink(OpArgs& a, const Tensor& t, const Tensor& x, const Tensor& w, const Tensor& slots);
+// t [n, S*R] = x [n, in] · a [slots, S*R, in] per row's slot; xName: what the op calls x.
+void expectShrink(OpArgs& a, const Tensor& t, const Tensor& x, const char* xName, const Tensor& w, const Tensor& slots);
 
 // out [n, outF] += t [n, S*R] · b [slots, outF, R] per row's slot and column's slice
 // (sliceStarts [S+1]). Returns S.

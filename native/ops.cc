@@ -111,14 +111,8 @@ Napi::Value RmsNorm(const Napi::CallbackInfo& info) {
   Tensor &out = a.tensor(0, "out"), &x = a.tensor(1, "x"), &w = a.tensor(2, "w");
   float eps = float(a.number(3, "eps"));
   bool cuda = a.oneDevice();
-  DType act = a.expectAct(x, "x");
-  a.expectAct(out, "out");
-  a.expectFloat(w, "w");
-  a.expectRank(w, 1, "w");
-  int64_t d = w.dim(0);
-  a.expect(d > 0, "w " + w.describe() + " must not be empty");  // rows = x.numel() / d below
-  a.expect(x.rank() >= 1 && x.dim(x.rank() - 1) == d, "x " + x.describe() + " must end in the length of w " + w.describe());
-  a.expect(out.numel() == x.numel(), "out " + out.describe() + " must have as many elements as x " + x.describe());
+  DType act = expectRmsNorm(a, out, x, w);
+  const int64_t d = w.dim(0);
   if (cuda) a.run([&] { gpu::rmsNorm(act, out.data(), x.data(), a.weights(w), x.numel() / d, d, eps); });
   else cpu::rmsNorm(out.ptr<float>(), x.ptr<float>(), a.weights(w), x.numel() / d, d, eps);
   return info.Env().Undefined();
@@ -155,13 +149,17 @@ Napi::Value Linear(const Napi::CallbackInfo& info) {
   OpArgs a(info, "linear");
   Tensor &out = a.tensor(0, "out"), &x = a.tensor(1, "x"), &w = a.tensor(2, "w");
   Tensor* bias = a.optionalTensor(3, "bias");
+  const bool accumulate = a.flag(4);
   bool cuda = a.oneDevice();
   cpu::Weights b{};
   DType act = expectLinear(a, out, x, w, bias, &b);
   if (cuda)
-    a.run([&] { gpu::linear(act, out.data(), x.data(), a.weights(w), bias ? &b : nullptr, x.dim(0), x.dim(1), w.dim(0)); });
+    a.run([&] {
+      gpu::linear(act, out.data(), x.data(), a.weights(w), bias ? &b : nullptr, x.dim(0), x.dim(1), w.dim(0), accumulate);
+    });
   else
-    cpu::linear(out.ptr<float>(), x.ptr<float>(), a.weights(w), bias ? &b : nullptr, x.dim(0), x.dim(1), w.dim(0));
+    cpu::linear(out.ptr<float>(), x.ptr<float>(), a.weights(w), bias ? &b : nullptr, x.dim(0), x.dim(1), w.dim(0),
+                accumulate);
   return info.Env().Undefined();
 }
 
@@ -181,11 +179,7 @@ Napi::Value SiluMul(const Napi::CallbackInfo& info) {
   OpArgs a(info, "siluMul");
   Tensor &out = a.tensor(0, "out"), &gu = a.tensor(1, "gateUp");
   bool cuda = a.oneDevice();
-  DType act = a.expectAct(gu, "gateUp");
-  a.expectRank(gu, 2, "gateUp");
-  a.expect(gu.dim(1) % 2 == 0, "gateUp " + gu.describe() + " must have an even width (gate, then up)");
-  a.expectAct(out, "out");
-  a.expectShape(out, {gu.dim(0), gu.dim(1) / 2}, "out");
+  DType act = expectSiluMul(a, out, gu);
   if (cuda) a.run([&] { gpu::siluMul(act, out.data(), gu.data(), gu.dim(0), gu.dim(1) / 2); });
   else cpu::siluMul(out.ptr<float>(), gu.ptr<float>(), gu.dim(0), gu.dim(1) / 2);
   return info.Env().Undefined();

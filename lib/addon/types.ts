@@ -94,8 +94,8 @@ export interface Binding {
   addRmsNorm(residual: Tensor, x: Tensor, w: Tensor, eps: number, out: Tensor): void;
   /** In place on the q and k heads of a fused qkv tensor. */
   headRmsNorm(qkv: Tensor, qWeight: Tensor, kWeight: Tensor, numHeads: number, numKvHeads: number, headDim: number, eps: number): void;
-  /** out = x · wᵀ (+ bias) */
-  linear(out: Tensor, x: Tensor, w: Tensor, bias: Tensor | null): void;
+  /** out = x · wᵀ (+ bias); accumulate: out += that, rounded once (a residual stream taking a projection). */
+  linear(out: Tensor, x: Tensor, w: Tensor, bias: Tensor | null, accumulate?: boolean): void;
   /** In place on q and k heads; rotates the first 2 * invFreq.length dims of each head. */
   rope(qkv: Tensor, positions: Tensor, invFreq: Tensor, numHeads: number, numKvHeads: number, headDim: number): void;
   siluMul(out: Tensor, gateUp: Tensor): void;
@@ -118,11 +118,14 @@ export interface Binding {
   loraShrink(t: Tensor, x: Tensor, a: Tensor, slotOfRow: Tensor): void;
   /** out[n, outF] += per row, t(slice of each output row) · B[slotOfRow]ᵀ. b: [slots, outF, R]. */
   loraExpand(out: Tensor, t: Tensor, b: Tensor, slotOfRow: Tensor, sliceStarts: Tensor): void;
-  /** addRmsNorm, then loraShrink(t, out, a, slotOfRow): one launch on CUDA. */
-  addRmsNormShrink(residual: Tensor, x: Tensor, w: Tensor, eps: number, out: Tensor, t: Tensor, a: Tensor, slotOfRow: Tensor): void;
-  /** linear, then loraExpand(out, t, b, slotOfRow, sliceStarts): for decode batches one launch on CUDA. */
+  /** rmsNorm, then loraShrink(t, out, a, slotOfRow): one launch on CUDA. */
+  rmsNormShrink(out: Tensor, x: Tensor, w: Tensor, eps: number, t: Tensor, a: Tensor, slotOfRow: Tensor): void;
+  /** siluMul, then loraShrink(t, out, a, slotOfRow): one launch on CUDA. */
+  siluMulShrink(out: Tensor, gateUp: Tensor, t: Tensor, a: Tensor, slotOfRow: Tensor): void;
+  /** linear (with accumulate: out +=), then loraExpand(out, t, b, slotOfRow, sliceStarts): for decode batches one launch on CUDA. */
   linearExpand(
     out: Tensor, x: Tensor, w: Tensor, bias: Tensor | null, t: Tensor, b: Tensor, slotOfRow: Tensor, sliceStarts: Tensor,
+    accumulate?: boolean,
   ): void;
   /** dst[rowOffset.., colOffset..] = scale * src (or srcᵀ); both 2-D float tensors. */
   copyRegion(dst: Tensor, src: Tensor, rowOffset: number, colOffset: number, scale: number, transpose: boolean): void;

@@ -56,7 +56,6 @@ export class LlamaModel {
     const x = buffer('x', n, c.hiddenSize);
     const qkv = buffer('qkv', n, (H + 2 * K) * hd);
     const attn = buffer('attn', n, H * hd);
-    const delta = buffer('delta', n, c.hiddenSize);
     const gateUp = buffer('gateUp', n, 2 * c.intermediateSize);
     const act = buffer('act', n, c.intermediateSize);
     const rows = step.logitRows.shape[0];
@@ -70,49 +69,62 @@ export class LlamaModel {
     // The rank-space rows of an adapted projection. One buffer serves every target: each
     // use ends (in stream order) before the next begins.
     const shrunk = (t: LoraTarget, rows: number) => buffer('lora', rows, t.a.shape[1]);
-    /** residual += delta; x = norm(residual): with the shrink of x for `next` when it is adapted. */
-    const addNorm = (weight: string, next: string): Tensor | undefined => {
-      const t = adapted(next);
+    /**
+     * x = rmsNorm(residual): with the shrink of x for `next` when it is adapted, made
+     * where x is made (the residual stream took the last projection in place, so the
+     * norm only reads it).
+     */
+    const norm = (weight: string, next?: string): Tensor | undefined => {
+      const t = next ? adapted(next) : undefined;
       if (!t || !lora) {
-        addon.addRmsNorm(residual, delta, this.w(weight), c.rmsNormEps, x);
+        addon.rmsNorm(x, residual, this.w(weight), c.rmsNormEps);
         return undefined;
       }
       const s = shrunk(t, n);
-      addon.addRmsNormShrink(residual, delta, this.w(weight), c.rmsNormEps, x, s, t.a, lora.plan.rowSlots);
+      addon.rmsNormShrink(x, residual, this.w(weight), c.rmsNormEps, s, t.a, lora.plan.rowSlots);
       return s;
     };
-    /** out = input · Wᵀ (+ bias), plus each row's adapter delta; `s`: the shrink of input, if made already. */
-    const project = (out: Tensor, input: Tensor, name: string, s?: Tensor, slots = lora?.plan.rowSlots) => {
+    /**
+     * out = input · Wᵀ (+ bias) plus each row's adapter delta (out += with accumulate);
+     * `s`: the adapter's shrink of input, if made already.
+     */
+    const project = (out: Tensor, input: Tensor, name: string, o: { s?: Tensor; slots?: Tensor; accumulate?: boolean } = {}) => {
       const t = adapted(name);
+      const slots = o.slots ?? lora?.plan.rowSlots;
       if (!t || !slots) {
-        addon.linear(out, input, this.w(name), this.bias(name));
+        addon.linear(out, input, this.w(name), this.bias(name), o.accumulate);
         return;
       }
+      let s = o.s;
       if (!s) {
         s = shrunk(t, input.shape[0]);
         addon.loraShrink(s, input, t.a, slots);
       }
-      addon.linearExpand(out, input, this.w(name), this.bias(name), s, t.b, slots, t.sliceStarts);
+      addon.linearExpand(out, input, this.w(name), this.bias(name), s, t.b, slots, t.sliceStarts, o.accumulate);
       s.dispose();
     };
-    addon.rmsNorm(x, residual, this.w('layers.0.attn_norm'), c.rmsNormEps);
-    let qkvShrunk: Tensor | undefined;
     for (let l = 0; l < c.numLayers; l++) {
       const p = `layers.${l}`;
-      if (l > 0) qkvShrunk = addNorm(`${p}.attn_norm`, `${p}.qkv`);
-      project(qkv, x, `${p}.qkv`, qkvShrunk);
+      project(qkv, x, `${p}.qkv`, { s: norm(`${p}.attn_norm`, `${p}.qkv`) });
       const [qNorm, kNorm] = this.qkNorms(l) ?? [null, null];
       addon.ropeKvWrite(qkv, step.positions, this.invFreq, kv.k[l], kv.v[l], step.slots, qNorm, kNorm, H, K, hd, c.rmsNormEps);
       addon.pagedAttention(attn, qkv, kv.k[l], kv.v[l], step.blockTables, step.queryStarts, step.contextLens, H, K, hd, this.scale);
-      project(delta, attn, `${p}.o`);
-      project(gateUp, x, `${p}.gate_up`, addNorm(`${p}.mlp_norm`, `${p}.gate_up`));
-      addon.siluMul(act, gateUp);
-      project(delta, act, `${p}.down`);
+      project(residual, attn, `${p}.o`, { accumulate: true });
+      project(gateUp, x, `${p}.gate_up`, { s: norm(`${p}.mlp_norm`, `${p}.gate_up`) });
+      const downT = adapted(`${p}.down`);
+      let downShrunk: Tensor | undefined;
+      if (downT && lora) {
+        downShrunk = shrunk(downT, n);
+        addon.siluMulShrink(act, gateUp, downShrunk, downT.a, lora.plan.rowSlots);
+      } else {
+        addon.siluMul(act, gateUp);
+      }
+      project(residual, act, `${p}.down`, { s: downShrunk, accumulate: true });
     }
-    addon.addRmsNorm(residual, delta, this.w('final_norm'), c.rmsNormEps, x);
+    norm('final_norm');
     addon.gatherRows(last, x, step.logitRows);
-    project(logits, last, 'lm_head', undefined, lora?.plan.logitSlots);
-    for (const t of [residual, x, qkv, attn, delta, gateUp, act, last]) t.dispose();
+    project(logits, last, 'lm_head', { slots: lora?.plan.logitSlots });
+    for (const t of [residual, x, qkv, attn, gateUp, act, last]) t.dispose();
     return logits;
   }
 

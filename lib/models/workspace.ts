@@ -7,7 +7,7 @@ import type { ModelConfig } from '../checkpoint/config.js';
 import type { SlotWeights } from '../lora/slot_weights.js';
 import type { Placement } from './placement.js';
 
-export type BufferName = 'residual' | 'x' | 'qkv' | 'attn' | 'delta' | 'gateUp' | 'act' | 'last' | 'logits' | 'lora';
+export type BufferName = 'residual' | 'x' | 'qkv' | 'attn' | 'gateUp' | 'act' | 'last' | 'logits' | 'lora';
 
 export class Workspace {
   private readonly flat = new Map<BufferName, Tensor>();
@@ -27,7 +27,6 @@ export class Workspace {
       ['x', T * c.hiddenSize],
       ['qkv', T * (c.numHeads + 2 * c.numKvHeads) * c.headDim],
       ['attn', T * c.numHeads * c.headDim],
-      ['delta', T * c.hiddenSize],
       ['gateUp', T * 2 * c.intermediateSize],
       ['act', T * c.intermediateSize],
       ['last', R * c.hiddenSize],

@@ -21,7 +21,8 @@ float dot(const float* a, const float* b, int64_t n) {
 
 }  // namespace
 
-void linear(float* out, const float* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF) {
+void linear(float* out, const float* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
+            bool accumulate) {
   parallelFor(outF, 8, [&](int64_t b, int64_t e) {
     std::vector<float> row(w.dtype == DType::F32 ? 0 : size_t(in));
     for (int64_t o = b; o < e; ++o) {
@@ -33,7 +34,10 @@ void linear(float* out, const float* x, Weights w, const Weights* bias, int64_t 
         wr = row.data();
       }
       float bo = bias ? loadFloat(bias->data, bias->dtype, size_t(o)) : 0.0f;
-      for (int64_t r = 0; r < n; ++r) out[r * outF + o] = dot(x + r * in, wr, in) + bo;
+      for (int64_t r = 0; r < n; ++r) {
+        float v = dot(x + r * in, wr, in) + bo;
+        out[r * outF + o] = accumulate ? out[r * outF + o] + v : v;
+      }
     }
   });
 }

@@ -24,8 +24,9 @@ void embedding(float* out, Weights table, const int32_t* ids, int64_t n, int64_t
 void rmsNorm(float* out, const float* x, Weights w, int64_t rows, int64_t dim, float eps);
 void addRmsNorm(float* residual, const float* x, Weights w, float* out, int64_t rows, int64_t dim, float eps);
 void headRmsNorm(float* qkv, Weights qw, Weights kw, int64_t n, HeadLayout l, float eps);
-// out[n, outF] = x[n, in] · W[outF, in]^T (+ bias[outF])
-void linear(float* out, const float* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF);
+// out[n, outF] = x[n, in] · W[outF, in]^T (+ bias[outF]); accumulate: out += that.
+void linear(float* out, const float* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
+            bool accumulate = false);
 // Rotates the first 2 * half dims of every q and k head (rotate-half / NeoX pairing).
 void rope(float* qkv, const int32_t* positions, const float* invFreq, int64_t n, HeadLayout l, int half);
 void siluMul(float* out, const float* gateUp, int64_t n, int64_t inter);

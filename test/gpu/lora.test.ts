@@ -54,12 +54,12 @@ describeGpu('cuda lora', () => {
     });
   });
 
-  // The fused forms: addRmsNormShrink gives what addRmsNorm + loraShrink give on CUDA (up to
-  // the compiler's choice of fused multiply-adds);
-  // linearExpand (the expand in the GEMV epilogue up to 16 rows, linear + loraExpand above)
-  // matches the two ops within rounding and the CPU within tolerance.
+  // The fused forms against the CPU and against the separate CUDA ops (within rounding):
+  // rmsNormShrink and siluMulShrink (several blocks a row, each shrinking 8 rank rows);
+  // linearExpand, plain and accumulating (the expand in the GEMV epilogue up to 4 rows,
+  // linear + loraExpand above).
   describe.each(ACTS)('fused, %s activations', (act) => {
-    // [rows, in, slice widths, rank]: GEMV buckets 1, 4 and 16 (a partial one), then cuBLASLt / tiled.
+    // [rows, in, slice widths, rank]: GEMV rows 1 and 3, then cuBLASLt / tiled.
     const cases: [number, number, number[], number][] = [
       [1, 1024, [512, 256, 256], 16],
       [3, 136, [40, 24, 24], 8],
@@ -75,50 +75,62 @@ describeGpu('cuda lora', () => {
       for (const w of widths) starts.push(starts[starts.length - 1] + w);
       const slots = Array.from({ length: n }, (_, r) => [0, 1, 3, 4, 7][(r * 7 + 3) % 5]);  // 7: past the table, none
       const cpuSlots = slots.map((v) => (v >= NUM_SLOTS ? 0 : v));
-      const a = weightPair('bf16', [NUM_SLOTS, numSlices * rank, inF], rng.floats(NUM_SLOTS * numSlices * rank * inF, -0.1, 0.1));
+      const R = numSlices * rank;
+      const a = weightPair('bf16', [NUM_SLOTS, R, inF], rng.floats(NUM_SLOTS * R * inF, -0.1, 0.1));
       const b = weightPair('bf16', [NUM_SLOTS, outF, rank], rng.floats(NUM_SLOTS * outF * rank, -0.1, 0.1));
       const normW = weightPair('bf16', [inF], rng.floats(inF, 0.5, 1.5));
       const w = weightPair('bf16', [outF, inF], rng.floats(outF * inF, -0.05, 0.05));
       const bias = weightPair('bf16', [outF], rng.floats(outF));
-      const res = rounded(act, rng.floats(n * inF)), delta = rounded(act, rng.floats(n * inF));
+      const xs = rounded(act, rng.floats(n * inF)), gateUp = rounded(act, rng.floats(n * 2 * inF, -4, 4));
+      const close = (got: Float32Array, want: Float32Array, reordered = true) => expectClose(got, want, tol(act, reordered));
 
-      // addRmsNormShrink against addRmsNorm + loraShrink on CUDA, then against the CPU.
-      const run = (fused: boolean) => {
-        const r = onCuda(act, [n, inF], res), x = addon.empty(act, [n, inF], 'cuda');
-        const t = addon.empty(act, [n, numSlices * rank], 'cuda');
-        const sl = onCuda('i32', [n], slots);
-        if (fused) addon.addRmsNormShrink(r, onCuda(act, [n, inF], delta), normW.cuda, 1e-6, x, t, a.cuda, sl);
-        else {
-          addon.addRmsNorm(r, onCuda(act, [n, inF], delta), normW.cuda, 1e-6, x);
-          addon.loraShrink(t, x, a.cuda, sl);
-        }
-        return { r, x, t };
-      };
-      const fused = run(true), apart = run(false);
-      for (const k of ['r', 'x', 't'] as const) expectClose(floats(fused[k]), floats(apart[k]), act === 'f32' ? 1e-6 : 4e-3);
-      const cpu = { r: onCpu([n, inF], res), x: addon.empty('f32', [n, inF]), t: addon.empty('f32', [n, numSlices * rank]) };
-      addon.addRmsNormShrink(cpu.r, onCpu([n, inF], delta), normW.cpu, 1e-6, cpu.x, cpu.t, a.cpu, i32([n], cpuSlots));
-      expectClose(floats(fused.x), floats(cpu.x), tol(act, true));
-      expectClose(floats(fused.t), floats(cpu.t), 2 * tol(act, true));
+      // Producer + shrink: fused and separate on CUDA, and the CPU's composition.
+      for (const op of ['rmsNorm', 'siluMul'] as const) {
+        const cuda = (fused: boolean) => {
+          const out = addon.empty(act, [n, inF], 'cuda'), t = addon.empty(act, [n, R], 'cuda');
+          const sl = onCuda('i32', [n], slots);
+          if (op === 'rmsNorm') {
+            const x = onCuda(act, [n, inF], xs);
+            if (fused) addon.rmsNormShrink(out, x, normW.cuda, 1e-6, t, a.cuda, sl);
+            else addon.rmsNorm(out, x, normW.cuda, 1e-6);
+          } else {
+            const gu = onCuda(act, [n, 2 * inF], gateUp);
+            if (fused) addon.siluMulShrink(out, gu, t, a.cuda, sl);
+            else addon.siluMul(out, gu);
+          }
+          if (!fused) addon.loraShrink(t, out, a.cuda, sl);
+          return { out: floats(out), t: floats(t) };
+        };
+        const out = addon.empty('f32', [n, inF]), t = addon.empty('f32', [n, R]);
+        if (op === 'rmsNorm') addon.rmsNormShrink(out, onCpu([n, inF], xs), normW.cpu, 1e-6, t, a.cpu, i32([n], cpuSlots));
+        else addon.siluMulShrink(out, onCpu([n, 2 * inF], gateUp), t, a.cpu, i32([n], cpuSlots));
+        const fused = cuda(true), apart = cuda(false);
+        close(fused.out, apart.out);
+        close(fused.t, apart.t);
+        close(fused.out, floats(out));
+        expectClose(fused.t, floats(t), 2 * tol(act, true));
+      }
 
-      // linearExpand from the same x and t on both devices.
-      const xs = rounded(act, floats(cpu.x)), ts = rounded(act, floats(cpu.t));
-      const expand = (fusedOp: boolean) => {
-        const out = addon.empty(act, [n, outF], 'cuda');
-        const x = onCuda(act, [n, inF], xs), t = onCuda(act, [n, numSlices * rank], ts);
-        const sl = onCuda('i32', [n], slots), st = onCuda('i32', [numSlices + 1], starts);
-        if (fusedOp) addon.linearExpand(out, x, w.cuda, bias.cuda, t, b.cuda, sl, st);
-        else {
-          addon.linear(out, x, w.cuda, bias.cuda);
-          addon.loraExpand(out, t, b.cuda, sl, st);
-        }
-        return floats(out);
-      };
-      const want = addon.empty('f32', [n, outF]);
-      addon.linearExpand(want, onCpu([n, inF], xs), w.cpu, bias.cpu, onCpu([n, numSlices * rank], ts), b.cpu,
-        i32([n], cpuSlots), i32([numSlices + 1], starts));
-      expectClose(expand(true), floats(want), tol(act, true));
-      expectClose(expand(true), expand(false), tol(act, true));
+      // linearExpand from the same x and t on both devices, onto the same base output.
+      const ts = rounded(act, rng.floats(n * R, -1, 1)), base = rounded(act, rng.floats(n * outF));
+      for (const accumulate of [false, true]) {
+        const expand = (fusedOp: boolean) => {
+          const out = onCuda(act, [n, outF], base);
+          const x = onCuda(act, [n, inF], xs), t = onCuda(act, [n, R], ts);
+          const sl = onCuda('i32', [n], slots), st = onCuda('i32', [numSlices + 1], starts);
+          if (fusedOp) addon.linearExpand(out, x, w.cuda, bias.cuda, t, b.cuda, sl, st, accumulate);
+          else {
+            addon.linear(out, x, w.cuda, bias.cuda, accumulate);
+            addon.loraExpand(out, t, b.cuda, sl, st);
+          }
+          return floats(out);
+        };
+        const want = onCpu([n, outF], base);
+        addon.linearExpand(want, onCpu([n, inF], xs), w.cpu, bias.cpu, onCpu([n, R], ts), b.cpu,
+          i32([n], cpuSlots), i32([numSlices + 1], starts), accumulate);
+        close(expand(true), floats(want));
+        close(expand(true), expand(false));
+      }
     });
   });
 

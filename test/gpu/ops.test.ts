@@ -83,6 +83,12 @@ describeGpu('cuda row ops', () => {
           const [got, want] = both(act, [n, outF], (dev, out) => addon.linear(out, x[dev], w[dev], b ? b[dev] : null));
           expectClose(got, want, tol(act, true));
         }
+        // accumulate: out += x · wᵀ + bias (the residual stream taking a projection).
+        const base = rounded(act, rng.floats(n * outF));
+        const acc = { cpu: onCpu([n, outF], base), cuda: onCuda(act, [n, outF], base) };
+        addon.linear(acc.cpu, x.cpu, w.cpu, bias.cpu, true);
+        addon.linear(acc.cuda, x.cuda, w.cuda, bias.cuda, true);
+        expectClose(floats(acc.cuda), floats(acc.cpu), tol(act, true));
       });
     });
 

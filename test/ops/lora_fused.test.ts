@@ -1,6 +1,7 @@
-// The fused LoRA ops: addRmsNormShrink = addRmsNorm then loraShrink of its output, and
-// linearExpand = linear then loraExpand into its output, on the CPU backend (the CUDA
-// kernels are checked against these in test/gpu/lora.test.ts). Refused calls change nothing.
+// The fused LoRA ops: rmsNormShrink = rmsNorm then loraShrink of its output, siluMulShrink =
+// siluMul then loraShrink of its output, and linearExpand = linear (out += with accumulate)
+// then loraExpand into its output, on the CPU backend (the CUDA kernels are checked against
+// these in test/gpu/lora.test.ts). Refused calls change nothing.
 import { describe, expect, it } from 'vitest';
 
 import { addon, expectOpError, expectSame, f32, floats, i32 } from './helpers.js';
@@ -15,51 +16,75 @@ const slots = [0, 2, 3, 2, 1];
 function data(seed: number) {
   const rng = new Rng(seed);
   return {
-    res: rng.floats(n * dim), x: rng.floats(n * dim), w: rng.floats(dim, 0.5, 1.5),
+    res: rng.floats(n * dim), x: rng.floats(n * dim), w: rng.floats(dim, 0.5, 1.5), gateUp: rng.floats(n * 2 * dim, -4, 4),
     a: rng.floats(numSlots * widths.length * rank * dim), b: rng.floats(numSlots * outF * rank),
     lw: rng.floats(outF * dim), bias: rng.floats(outF), t: rng.floats(n * widths.length * rank),
   };
 }
 
-describe('addRmsNormShrink', () => {
-  it('equals addRmsNorm, then loraShrink of its output', () => {
+describe('rmsNormShrink and siluMulShrink', () => {
+  it('equal rmsNorm or siluMul, then loraShrink of the output', () => {
     const d = data(1);
-    const want = { res: f32([n, dim], d.res), out: addon.empty('f32', [n, dim]), t: addon.empty('f32', [n, 3 * rank]) };
-    addon.addRmsNorm(want.res, f32([n, dim], d.x), f32([dim], d.w), 1e-6, want.out);
-    addon.loraShrink(want.t, want.out, f32([numSlots, 3 * rank, dim], d.a), i32([n], slots));
-    const got = { res: f32([n, dim], d.res), out: addon.empty('f32', [n, dim]), t: addon.empty('f32', [n, 3 * rank]) };
-    addon.addRmsNormShrink(got.res, f32([n, dim], d.x), f32([dim], d.w), 1e-6, got.out, got.t,
-      f32([numSlots, 3 * rank, dim], d.a), i32([n], slots));
-    for (const k of ['res', 'out', 't'] as const) expectSame(floats(got[k]), floats(want[k]));
+    const a = () => f32([numSlots, 3 * rank, dim], d.a);
+    const fresh = () => ({ out: addon.empty('f32', [n, dim]), t: addon.empty('f32', [n, 3 * rank]) });
+    const want = fresh(), got = fresh();
+    addon.rmsNorm(want.out, f32([n, dim], d.x), f32([dim], d.w), 1e-6);
+    addon.loraShrink(want.t, want.out, a(), i32([n], slots));
+    addon.rmsNormShrink(got.out, f32([n, dim], d.x), f32([dim], d.w), 1e-6, got.t, a(), i32([n], slots));
+    for (const k of ['out', 't'] as const) expectSame(floats(got[k]), floats(want[k]));
     expect(floats(got.t).subarray(0, 3 * rank).every((v) => v === 0)).toBe(true);  // slot 0: no adapter
+
+    const wantS = fresh(), gotS = fresh();
+    addon.siluMul(wantS.out, f32([n, 2 * dim], d.gateUp));
+    addon.loraShrink(wantS.t, wantS.out, a(), i32([n], slots));
+    addon.siluMulShrink(gotS.out, f32([n, 2 * dim], d.gateUp), gotS.t, a(), i32([n], slots));
+    for (const k of ['out', 't'] as const) expectSame(floats(gotS[k]), floats(wantS[k]));
   });
 
-  it('rejects bad arguments, naming them, and changes nothing', () => {
+  it('reject bad arguments, naming them, and change nothing', () => {
     const d = data(2);
-    const res = f32([n, dim], d.res), out = f32([n, dim], d.x), t = addon.zeros('f32', [n, 3 * rank]);
+    const out = f32([n, dim], d.res), t = addon.zeros('f32', [n, 3 * rank]);
     const a = f32([numSlots, 3 * rank, dim], d.a);
-    const call = (o: { slots?: number[]; t?: ReturnType<typeof f32>; a?: ReturnType<typeof f32> }) => () =>
-      addon.addRmsNormShrink(res, f32([n, dim], d.x), f32([dim], d.w), 1e-6, out, o.t ?? t, o.a ?? a, i32([n], o.slots ?? slots));
-    expectOpError(call({ slots: [0, 1, 4, 0, 0] }), /^addRmsNormShrink: slotOfRow\[2\] = 4 is not one of the 4 slots/);
-    expectOpError(call({ t: addon.zeros('f32', [n, 2]) }), /^addRmsNormShrink: t must be \[5, 9\]/);
-    expectOpError(call({ a: f32([numSlots, 3 * rank, 5], new Float32Array(numSlots * 3 * rank * 5)) }), /^addRmsNormShrink: a .* does not match x/);
-    expectSame(floats(res), d.res);
-    expectSame(floats(out), d.x);
+    type T = ReturnType<typeof f32>;
+    const norm = (o: { slots?: number[]; t?: T; a?: T }) => () =>
+      addon.rmsNormShrink(out, f32([n, dim], d.x), f32([dim], d.w), 1e-6, o.t ?? t, o.a ?? a, i32([n], o.slots ?? slots));
+    expectOpError(norm({ slots: [0, 1, 4, 0, 0] }), /^rmsNormShrink: slotOfRow\[2\] = 4 is not one of the 4 slots/);
+    expectOpError(norm({ t: addon.zeros('f32', [n, 2]) }), /^rmsNormShrink: t must be \[5, 9\]/);
+    expectOpError(norm({ a: f32([numSlots, 3 * rank, 5], new Float32Array(numSlots * 3 * rank * 5)) }), /^rmsNormShrink: a .* does not match out/);
+    const silu = (o: { slots?: number[]; t?: T }) => () =>
+      addon.siluMulShrink(out, f32([n, 2 * dim], d.gateUp), o.t ?? t, a, i32([n], o.slots ?? slots));
+    expectOpError(silu({ slots: [0, 0, 0, -2, 0] }), /^siluMulShrink: slotOfRow\[3\] = -2 is not one of the 4 slots/);
+    expectOpError(silu({ t: addon.zeros('f32', [n + 1, 3 * rank]) }), /^siluMulShrink: t must be \[5, 9\]/);
+    expectSame(floats(out), d.res);
+    expect(floats(t).every((v) => v === 0)).toBe(true);
+  });
+});
+
+describe('linear with accumulate', () => {
+  it('adds x · wᵀ + bias to what out holds', () => {
+    const d = data(6);
+    const want = addon.empty('f32', [n, outF]);
+    addon.linear(want, f32([n, dim], d.x), f32([outF, dim], d.lw), f32([outF], d.bias));
+    const base = d.lw.subarray(0, n * outF);
+    const got = f32([n, outF], base);
+    addon.linear(got, f32([n, dim], d.x), f32([outF, dim], d.lw), f32([outF], d.bias), true);
+    expectSame(floats(got), floats(want).map((v, i) => base[i] + v));
   });
 });
 
 describe('linearExpand', () => {
-  for (const withBias of [false, true]) {
-    it(`equals linear${withBias ? ' with a bias' : ''}, then loraExpand into its output`, () => {
+  for (const [withBias, accumulate] of [[false, false], [true, false], [true, true]]) {
+    it(`equals linear${withBias ? ' with a bias' : ''}${accumulate ? ', accumulating,' : ''} then loraExpand into its output`, () => {
       const d = data(3);
+      const base = d.lw.subarray(0, n * outF);
       const args = () => [f32([n, dim], d.x), f32([outF, dim], d.lw), withBias ? f32([outF], d.bias) : null] as const;
       const lora = () => [f32([n, 3 * rank], d.t), f32([numSlots, outF, rank], d.b), i32([n], slots), i32([4], starts)] as const;
-      const want = addon.empty('f32', [n, outF]);
-      addon.linear(want, ...args());
+      const want = f32([n, outF], base);
+      addon.linear(want, ...args(), accumulate);
       const [t, b, s, st] = lora();
       addon.loraExpand(want, t, b, s, st);
-      const got = addon.empty('f32', [n, outF]);
-      addon.linearExpand(got, ...args(), ...lora());
+      const got = f32([n, outF], base);
+      addon.linearExpand(got, ...args(), ...lora(), accumulate);
       expectSame(floats(got), floats(want));
     });
   }
