@@ -80,6 +80,12 @@ __device__ __forceinline__ TokenKeys keysOf(const Args& p, int64_t t) {
   return {p.tables + int64_t(lo) * p.maxBlocks, max(int64_t(0), min(pos + 1, p.maxBlocks * p.blockSize))};
 }
 
+// streamKernel's keys per split for a token with `count` keys: even shares, none shorter
+// than one round of loads.
+__device__ __forceinline__ int64_t streamShare(const Args& p, int64_t count) {
+  return max(int64_t(kMinStreamSplitKeys), (count + p.numSplits - 1) / p.numSplits);
+}
+
 // The cache row of `key`, or -1 where its table entry is outside the cache.
 __device__ __forceinline__ int64_t slotOf(const Args& p, const int32_t* table, int64_t key) {
   int32_t b = table[key / p.blockSize];
@@ -149,8 +155,7 @@ __global__ __launch_bounds__(kWarps * 32) void streamKernel(Args p) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane % LPK, grp = lane / LPK;
 
   const TokenKeys keys = keysOf(p, t);
-  // This split's share of the token's keys: even shares, none shorter than one round.
-  const int64_t share = max(int64_t(kMinStreamSplitKeys), (keys.count + p.numSplits - 1) / p.numSplits);
+  const int64_t share = streamShare(p, keys.count);
   const int64_t kBegin = min(keys.count, split * share), kEnd = min(keys.count, kBegin + share);
 
   const T* qRow = static_cast<const T*>(p.qkv) + t * p.rowWidth + sub * EPL;
@@ -343,24 +348,28 @@ __global__ __launch_bounds__(kWarps * 32) void generalKernel(Args p, bool vec) {
   finishBlock<T, GT, 32 * DPL>(p, t, h0, split, sM, sL, sAcc);
 }
 
-// One block per (token, head): weights e^(m_s - M) * l_s over the splits.
+// One block per (token, head): weights e^(m_s - M) * l_s over the splits that hold keys
+// (a short context in a wide table fills only the first few; the rest hold nothing).
 template <typename T>
-__global__ void combineKernel(T* out, const float* partO, const float* partML, int numHeads, int headDim, int numSplits) {
-  int64_t t = blockIdx.x;
-  int h = blockIdx.y;
-  int64_t base = (t * numHeads + h) * numSplits;
+__global__ void combineKernel(Args p, bool streamed) {
+  const int64_t t = blockIdx.x;
+  const int h = blockIdx.y, hd = p.headDim;
+  const int64_t count = keysOf(p, t).count;
+  const int64_t per = streamed ? streamShare(p, count) : p.splitKeys;
+  const int used = int(min(int64_t(p.numSplits), (count + per - 1) / per));
+  const int64_t base = (t * p.numHeads + h) * p.numSplits;
   float M = -INFINITY;
-  for (int s = 0; s < numSplits; ++s) M = fmaxf(M, partML[(base + s) * 2]);
-  for (int d = threadIdx.x; d < headDim; d += blockDim.x) {
+  for (int s = 0; s < used; ++s) M = fmaxf(M, p.partML[(base + s) * 2]);
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
     float L = 0, O = 0;
     if (M != -INFINITY) {
-      for (int s = 0; s < numSplits; ++s) {
-        float f = expf(partML[(base + s) * 2] - M) * partML[(base + s) * 2 + 1];
+      for (int s = 0; s < used; ++s) {
+        float f = expf(p.partML[(base + s) * 2] - M) * p.partML[(base + s) * 2 + 1];
         L += f;
-        O += partO[(base + s) * headDim + d] * f;
+        O += p.partO[(base + s) * hd + d] * f;
       }
     }
-    out[(t * numHeads + h) * headDim + d] = fromF<T>(L > 0 ? O / L : 0.0f);
+    static_cast<T*>(p.out)[(t * p.numHeads + h) * hd + d] = fromF<T>(L > 0 ? O / L : 0.0f);
   }
 }
 
@@ -447,8 +456,7 @@ void pagedAttention(DType act, void* out, const void* qkv, KvCache c, const int3
       if (splits > 1) {
         dim3 cgrid(unsigned(numTokens), unsigned(l.numHeads));
         int threads = std::min(256, (l.headDim + 31) / 32 * 32);
-        combineKernel<T><<<cgrid, threads, 0, stream()>>>(static_cast<T*>(out), a.partO, a.partML, l.numHeads,
-                                                          l.headDim, int(splits));
+        combineKernel<T><<<cgrid, threads, 0, stream()>>>(a, streamed);
         checkLaunch("pagedAttention combine kernel");
       }
     });

@@ -29,6 +29,7 @@ __global__ __launch_bounds__(kWarps * 32) void ropeKvKernel(T* qkv, const int32_
   T* x = qkv + t * rowWidth + int64_t(h) * hd;
   float* row = rows + warp * hd;
 
+  const float pos = float(positions[t]);  // loaded early: nothing below waits on it first
   const W* norm = isK ? kNorm : qNorm;
   float r = 1;
   if (norm) {
@@ -44,7 +45,6 @@ __global__ __launch_bounds__(kWarps * 32) void ropeKvKernel(T* qkv, const int32_
     row[d] = norm ? toF(fromF<T>(toF(norm[d]) * (v * r))) : v;
   }
   __syncwarp();
-  const float pos = float(positions[t]);
   const int64_t slot = isK ? slots[t] : -1;
   const bool cache = slot >= 0 && slot < numSlots;
   const int64_t kvWidth = int64_t(l.numKvHeads) * hd;

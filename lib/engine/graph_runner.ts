@@ -44,6 +44,9 @@ export interface GraphStats {
   failures: number;
   /** The graphs captured, as `${bucket}/lora` or `${bucket}/base`, in capture order. */
   captured: string[];
+  /** Host ms over the replayed steps: preparing and enqueuing them, then waiting for their ids. */
+  hostMs: number;
+  waitMs: number;
 }
 
 /** The device side: static inputs and outputs for the largest bucket, and the workspace. */
@@ -75,7 +78,7 @@ interface BucketViews {
 export class GraphRunner {
   readonly buckets: number[];
   readonly width: number;
-  readonly stats: GraphStats = { captures: 0, replays: 0, warmups: 0, failures: 0, captured: [] };
+  readonly stats: GraphStats = { captures: 0, replays: 0, warmups: 0, failures: 0, captured: [], hostMs: 0, waitMs: 0 };
   private readonly host: DecodeInputs;
   private statics?: Statics;
   /** Key `${bucket}/${lora|base}`: the graph, or the reason its capture failed. */
@@ -99,6 +102,7 @@ export class GraphRunner {
 
   /** Runs an eligible decode step; returns each row's sampled token id. */
   run(batch: readonly ScheduledSeq[]): number[] {
+    const started = performance.now();
     const why = this.ineligible(batch);
     if (why !== undefined) throw new Error(`graph runner: this step cannot replay a graph (${why})`);
     const s = this.ensureStatics();
@@ -113,7 +117,12 @@ export class GraphRunner {
     if (graph && 'replay' in graph) {
       graph.replay();
       this.stats.replays++;
-      return Array.from((v.ids.toArray() as Int32Array).subarray(0, n));
+      const enqueued = performance.now();
+      const ids = Array.from((v.ids.toArray() as Int32Array).subarray(0, n));
+      const done = performance.now();
+      this.stats.hostMs += enqueued - started;
+      this.stats.waitMs += done - enqueued;
+      return ids;
     }
     this.enqueueStep(v, withLora);
     this.stats.warmups++;

@@ -55,9 +55,11 @@ export class ModelRunner {
   profileLine(): string {
     const mean = (t: Timing) => (t.steps ? (t.ms / t.steps).toFixed(3) : '-');
     const g = this.graphs?.stats;
+    const perReplay = (ms: number) => (g && g.replays ? (ms / g.replays).toFixed(3) : '-');
     return `mstar profile: ${this.timing.graph.steps} graph steps (${mean(this.timing.graph)} ms each), ` +
       `${this.timing.eager.steps} eager steps (${mean(this.timing.eager)} ms each)` +
-      (g ? `; graphs: ${g.captures} captured, ${g.replays} replays, ${g.warmups} warm-up steps, ${g.failures} failed captures` : '; cuda graphs off');
+      (g ? `; graphs: ${g.captures} captured, ${g.replays} replays (host ${perReplay(g.hostMs)} + waiting ${perReplay(g.waitMs)} ms each), ` +
+        `${g.warmups} warm-up steps, ${g.failures} failed captures` : '; cuda graphs off');
   }
 
   close(): void {
