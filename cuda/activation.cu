@@ -17,8 +17,8 @@ __global__ void siluMulKernel(T* out, const T* gateUp, int64_t n, int64_t inter)
 }
 
 // siluMul of row blockIdx.x, and the LoRA shrink of that row where it is made: the row's
-// gridDim.y blocks each store their share of the columns and shrink 8 rank rows, one a
-// warp, recomputing the values they need as siluMul stores them.
+// gridDim.y blocks (one per rank row) each store their share of the columns and shrink
+// their rank row, recomputing the values they need as siluMul stores them.
 template <typename T, typename A>
 __global__ void siluMulShrinkKernel(T* out, const T* gateUp, int64_t inter, T* t, const A* a, int64_t numSlots,
                                     const int32_t* slotOfRow, int64_t rankRows, bool vec) {
@@ -30,8 +30,7 @@ __global__ void siluMulShrinkKernel(T* out, const T* gateUp, int64_t inter, T* t
   };
   const int64_t share = (inter + gridDim.y - 1) / gridDim.y, end = min(inter, (blockIdx.y + 1) * share);
   for (int64_t i = blockIdx.y * share + threadIdx.x; i < end; i += blockDim.x) out[row * inter + i] = fromF<T>(act(i));
-  const int64_t k = int64_t(blockIdx.y) * (blockDim.x / 32) + threadIdx.x / 32;
-  if (k < rankRows) shrinkRow(t, a, numSlots, slotOfRow[row], row, k, rankRows, inter, threadIdx.x % 32, vec, act);
+  if (blockIdx.y < rankRows) shrinkRowByBlock(t, a, numSlots, slotOfRow[row], row, blockIdx.y, rankRows, inter, vec, act);
 }
 
 template <typename T>
@@ -56,7 +55,7 @@ void siluMul(DType act, void* out, const void* gateUp, int64_t n, int64_t inter)
 
 void siluMulShrink(DType act, void* out, const void* gateUp, int64_t n, int64_t inter, LoraShrinkArgs lora) {
   if (n * inter == 0) return;
-  const dim3 grid(unsigned(n), unsigned(std::max<int64_t>(1, (lora.rankRows + 7) / 8)));
+  const dim3 grid(unsigned(n), unsigned(std::max<int64_t>(1, lora.rankRows)));
   withAct(act, [&](auto t) {
     withFloat(lora.a.dtype, [&](auto at) {
       using T = decltype(t);

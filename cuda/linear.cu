@@ -15,14 +15,14 @@ namespace {
 constexpr int kGemvWarps = 8;
 constexpr int kMaxGemvRows = 4;
 
-// One output feature per group of S warps (S = 1, 2, 4 or 8, chosen per call): each warp
-// of the group takes every S-th run of 256 elements of the weight row, and the group's
-// partial sums meet in shared memory. S > 1 where there are too few output features to
-// give every multiprocessor enough loads in flight (a 1024-wide projection has only 1024
-// rows: one warp each left SMs a quarter full, at 20% of HBM bandwidth). VEC: each lane
-// takes 8 consecutive elements per step (one 16-byte load of bf16 weights), which needs
-// in % 8 == 0 and 16-byte aligned rows. Measured on an H200 (4096 -> 12288, bf16
-// weights, S = 1): 74% of HBM bandwidth at n = 1, 37% at n = 4.
+// One warp per output feature. VEC: each lane takes 8 consecutive elements per step (one
+// 16-byte load of bf16 weights), which needs in % 8 == 0 and 16-byte aligned rows.
+// Measured on an H200 (4096 -> 12288, bf16 weights): 74% of HBM bandwidth at n = 1, 33-37%
+// at n = 4. Qwen3-0.6B's projections (4-12 MB) take 5-7 us each at n = 1, bound by
+// latency, not by parallelism: giving a narrow output's row to 2-8 warps measured slower.
+//
+// accumulate: out += the projection rounded as linear would store it, then the sum rounded
+// (a bf16 model's residual stream: transformers adds the layer's bf16 output to it).
 //
 // The LoRA expand of output feature o for each row's slot, added to the lanes' partial
 // sums before they are reduced: lane k takes rank entries k, k + 32, ...
@@ -46,66 +46,49 @@ __device__ __forceinline__ void addExpand(float (&acc)[NR], const LoraExpandArgs
 
 template <typename T, typename W, int NR, bool VEC>
 __global__ __launch_bounds__(kGemvWarps * 32) void gemvKernel(T* out, const T* x, const W* w, const void* bias,
-                                                               DType biasType, int n, int64_t in, int64_t outF, int S,
+                                                               DType biasType, int n, int64_t in, int64_t outF,
                                                                LoraExpandArgs lora, bool accumulate) {
-  __shared__ float partial[kGemvWarps][NR];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = warp % S;
-  const int64_t o = blockIdx.x * int64_t(kGemvWarps / S) + warp / S;
-  const bool live = o < outF;  // no early return: the group meets at __syncthreads
+  int64_t o = blockIdx.x * int64_t(kGemvWarps) + threadIdx.x / 32;
+  int lane = threadIdx.x % 32;
+  if (o >= outF) return;
+  // What out holds already is read first, so its latency hides behind the weight loads.
+  float before = accumulate && lane < n ? toF(out[lane * outF + o]) : 0.0f;
+  const W* wr = w + o * in;
   float acc[NR];
 #pragma unroll
   for (int r = 0; r < NR; ++r) acc[r] = 0;
-  if (live) {
-    const W* wr = w + o * in;
-    if constexpr (VEC) {
-      // Several weight loads in flight per lane.
+  if constexpr (VEC) {
+    // Several weight loads in flight per lane.
 #pragma unroll 4
-      for (int64_t i = (int64_t(sub) * 32 + lane) * 8; i < in; i += int64_t(S) * 32 * 8) {
-        float wv[8];
-        loadVec<W, 8>(wv, wr + i);
-#pragma unroll
-        for (int r = 0; r < NR; ++r) {
-          if (r < n) {
-            float xv[8];
-            loadVec<T, 8>(xv, x + r * in + i);
-#pragma unroll
-            for (int j = 0; j < 8; ++j) acc[r] += wv[j] * xv[j];
-          }
-        }
-      }
-    } else {
-      for (int64_t i = int64_t(sub) * 32 + lane; i < in; i += int64_t(S) * 32) {
-        float wv = toF(wr[i]);
-#pragma unroll
-        for (int r = 0; r < NR; ++r)
-          if (r < n) acc[r] += wv * toF(x[r * in + i]);
-      }
-    }
-    if (lora.t && sub == 0) addExpand<T, NR>(acc, lora, o, n, outF, lane);
-  }
-#pragma unroll
-  for (int r = 0; r < NR; ++r) acc[r] = warpSum(acc[r]);
-  if (S > 1) {
-    if (lane == 0) {
-#pragma unroll
-      for (int r = 0; r < NR; ++r) partial[warp][r] = acc[r];
-    }
-    __syncthreads();
-    if (sub == 0) {
+    for (int64_t i = int64_t(lane) * 8; i < in; i += 32 * 8) {
+      float wv[8];
+      loadVec<W, 8>(wv, wr + i);
 #pragma unroll
       for (int r = 0; r < NR; ++r) {
-        acc[r] = 0;
-        for (int j = 0; j < S; ++j) acc[r] += partial[warp + j][r];
+        if (r < n) {
+          float xv[8];
+          loadVec<T, 8>(xv, x + r * in + i);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) acc[r] += wv[j] * xv[j];
+        }
       }
     }
+  } else {
+    for (int64_t i = lane; i < in; i += 32) {
+      float wv = toF(wr[i]);
+#pragma unroll
+      for (int r = 0; r < NR; ++r)
+        if (r < n) acc[r] += wv * toF(x[r * in + i]);
+    }
   }
-  if (!live || sub != 0) return;
-  const float b = bias ? loadAny(bias, biasType, o) : 0.0f;
+  if (lora.t) addExpand<T, NR>(acc, lora, o, n, outF, lane);
+  float b = bias ? loadAny(bias, biasType, o) : 0.0f;
 #pragma unroll
   for (int r = 0; r < NR; ++r) {
+    float v = warpSum(acc[r]);
     if (lane == r && r < n) {
-      T* dst = out + r * outF + o;
-      *dst = fromF<T>((accumulate ? toF(*dst) : 0.0f) + acc[r] + b);
+      T y = fromF<T>(v + b);
+      out[r * outF + o] = accumulate ? fromF<T>(before + toF(y)) : y;
     }
   }
 }
@@ -154,38 +137,34 @@ __global__ __launch_bounds__(256) void gemmKernel(T* out, const T* x, const W* w
       int64_t gn = n0 + tx * 4 + j;
       if (gn >= outF) continue;
       T* dst = out + gm * outF + gn;
-      *dst = fromF<T>((accumulate ? toF(*dst) : 0.0f) + acc[i][j] + (bias ? loadAny(bias, biasType, gn) : 0.0f));
+      T y = fromF<T>(acc[i][j] + (bias ? loadAny(bias, biasType, gn) : 0.0f));
+      *dst = accumulate ? fromF<T>(toF(*dst) + toF(y)) : y;
     }
   }
 }
 
+// After cuBLASLt: y = its product (+ bias), rounded as linear stores it; out = y, or out += y.
 template <typename T>
-__global__ void addBiasKernel(T* out, const void* bias, DType biasType, int64_t n, int64_t outF) {
-  for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < n * outF; j += int64_t(gridDim.x) * blockDim.x)
-    out[j] = fromF<T>(toF(out[j]) + loadAny(bias, biasType, j % outF));
+__global__ void epilogueKernel(T* out, const T* product, const void* bias, DType biasType, int64_t n, int64_t outF,
+                               bool accumulate) {
+  for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < n * outF; j += int64_t(gridDim.x) * blockDim.x) {
+    T y = bias ? fromF<T>(toF(product[j]) + loadAny(bias, biasType, j % outF)) : product[j];
+    out[j] = accumulate ? fromF<T>(toF(out[j]) + toF(y)) : y;
+  }
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// Warps per output feature: enough features x warps to fill the GPU (about 32 warps a
-// multiprocessor), each warp still taking at least one 256-element run.
-int warpsPerFeature(int64_t in, int64_t outF) {
-  int S = 1;
-  while (S < kGemvWarps && outF * S < int64_t(smCount()) * 32 && in >= int64_t(S) * 2 * 256) S *= 2;
-  return S;
-}
-
 template <typename T, typename W, int NR>
 void launchGemv(T* out, const T* x, const W* w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
                 const LoraExpandArgs& lora, bool accumulate) {
-  const int S = warpsPerFeature(in, outF);
-  unsigned grid = blocksFor(outF, kGemvWarps / S);
+  unsigned grid = blocksFor(outF, kGemvWarps);
   const void* b = bias ? bias->data : nullptr;
   DType bt = bias ? bias->dtype : DType::F32;
   if (in % 8 == 0 && aligned16(x) && aligned16(w))
-    gemvKernel<T, W, NR, true><<<grid, kGemvWarps * 32, 0, stream()>>>(out, x, w, b, bt, int(n), in, outF, S, lora, accumulate);
+    gemvKernel<T, W, NR, true><<<grid, kGemvWarps * 32, 0, stream()>>>(out, x, w, b, bt, int(n), in, outF, lora, accumulate);
   else
-    gemvKernel<T, W, NR, false><<<grid, kGemvWarps * 32, 0, stream()>>>(out, x, w, b, bt, int(n), in, outF, S, lora, accumulate);
+    gemvKernel<T, W, NR, false><<<grid, kGemvWarps * 32, 0, stream()>>>(out, x, w, b, bt, int(n), in, outF, lora, accumulate);
 }
 
 // n <= kMaxGemvRows rows; lora.t null: no LoRA.
@@ -211,14 +190,20 @@ void linear(DType act, void* out, const void* x, Weights w, const Weights* bias,
             bool accumulate) {
   if (n == 0 || outF == 0) return;
   if (n <= kMaxGemvRows) return gemv(act, out, x, w, bias, n, in, outF, LoraExpandArgs{}, accumulate);
-  if (act == DType::BF16 && w.dtype == DType::BF16 && in > 0 &&
-      cublaslt::gemmBf16(out, x, w.data, n, in, outF, stream(), accumulate)) {
-    if (bias) {
-      unsigned grid = unsigned(std::min<int64_t>(blocksFor(n * outF, 256), smCount() * 8));
-      addBiasKernel<bf16><<<grid, 256, 0, stream()>>>(static_cast<bf16*>(out), bias->data, bias->dtype, n, outF);
-      checkLaunch("linear bias kernel");
+  if (act == DType::BF16 && w.dtype == DType::BF16 && in > 0) {
+    // cuBLASLt writes out itself, or (accumulating) a scratch product that the epilogue adds.
+    Scratch product(accumulate ? size_t(n * outF) * sizeof(bf16) : 0, "linear scratch");
+    void* dst = accumulate ? product.as<void>() : out;
+    if (cublaslt::gemmBf16(dst, x, w.data, n, in, outF, stream())) {
+      if (bias || accumulate) {
+        unsigned grid = unsigned(std::min<int64_t>(blocksFor(n * outF, 256), smCount() * 8));
+        epilogueKernel<bf16><<<grid, 256, 0, stream()>>>(static_cast<bf16*>(out), static_cast<const bf16*>(dst),
+                                                          bias ? bias->data : nullptr, bias ? bias->dtype : DType::F32,
+                                                          n, outF, accumulate);
+        checkLaunch("linear epilogue kernel");
+      }
+      return;
     }
-    return;
   }
   withAct(act, [&](auto t) {
     withFloat(w.dtype, [&](auto wt) {

@@ -11,19 +11,16 @@
 namespace mstar::gpu {
 namespace {
 
-constexpr int kWarpsPerBlock = 8;
+constexpr int kShrinkThreads = 256;
 
-// t[r, k] = x[r] · a[slot, k]: one warp per (row, rank row), wide loads where rows allow.
-// Rows of slot 0 (or of a slot outside the table) get zeros.
+// t[r, k] = x[r] · a[slot, k]: one block per (row, rank row). Rows of slot 0 (or of a slot
+// outside the table) get zeros.
 template <typename T, typename A>
 __global__ void shrinkKernel(T* t, const T* x, const A* a, int64_t numSlots, const int32_t* slotOfRow, int64_t in,
                              int64_t rankRows, bool vec) {
-  int64_t r = blockIdx.x;  // rows on x: y and z are limited to 65535
-  int64_t k = blockIdx.y * int64_t(kWarpsPerBlock) + threadIdx.x / 32;
-  int lane = threadIdx.x % 32;
-  if (k >= rankRows) return;
+  const int64_t r = blockIdx.x;  // rows on x: y and z are limited to 65535
   const T* xr = x + r * in;
-  shrinkRow(t, a, numSlots, slotOfRow[r], r, k, rankRows, in, lane, vec, [&](int64_t i) { return toF(xr[i]); });
+  shrinkRowByBlock(t, a, numSlots, slotOfRow[r], r, blockIdx.y, rankRows, in, vec, [&](int64_t i) { return toF(xr[i]); });
 }
 
 // out[r, o] += t[r, slice(o)] · b[slot, o]: one thread per (row, output column). The
@@ -89,13 +86,13 @@ unsigned strideGrid(int64_t n) { return unsigned(std::max<int64_t>(1, std::min<i
 void loraShrink(DType act, void* t, const void* x, Weights a, int64_t numSlots, const int32_t* slotOfRow, int64_t n,
                 int64_t in, int64_t rankRows) {
   if (n == 0 || rankRows == 0) return;
-  dim3 grid(unsigned(n), blocksFor(rankRows, kWarpsPerBlock));
+  const dim3 grid{unsigned(n), unsigned(rankRows)};  // braces: parentheses would declare a function
   withAct(act, [&](auto tt) {
     withFloat(a.dtype, [&](auto wt) {
       using T = decltype(tt);
       using W = decltype(wt);
-      const bool vec = rowsAligned16(a.data, in, sizeof(W)) && rowsAligned16(x, in, sizeof(T));
-      shrinkKernel<T, W><<<grid, kWarpsPerBlock * 32, 0, stream()>>>(static_cast<T*>(t), static_cast<const T*>(x),
+      const bool vec = rowsAligned16(a.data, in, sizeof(W));
+      shrinkKernel<T, W><<<grid, kShrinkThreads, 0, stream()>>>(static_cast<T*>(t), static_cast<const T*>(x),
                                                                       static_cast<const W*>(a.data), numSlots, slotOfRow,
                                                                       in, rankRows, vec);
     });

@@ -44,9 +44,9 @@ __global__ void addRmsNormKernel(T* residual, const T* x, const W* w, T* out, in
 }
 
 // rmsNorm of row blockIdx.x, and the LoRA shrink of the normed row where it is made: the
-// row's gridDim.y blocks each work out the row's scale (x is only read, so they need not
-// wait for each other), store their share of the columns, and shrink kWarps rank rows,
-// one a warp, recomputing the normed values they need as rmsNorm stores them.
+// row's gridDim.y blocks (one per rank row) each work out the row's scale (x is only read,
+// so they need not wait for each other), store their share of the columns, and shrink
+// their rank row, recomputing the normed values as rmsNorm stores them.
 template <typename T, typename W, typename A>
 __global__ void rmsNormShrinkKernel(T* out, const T* x, const W* w, int64_t dim, float eps, T* t, const A* a,
                                     int64_t numSlots, const int32_t* slotOfRow, int64_t rankRows, bool vec) {
@@ -63,8 +63,7 @@ __global__ void rmsNormShrinkKernel(T* out, const T* x, const W* w, int64_t dim,
   auto normed = [&](int64_t i) { return toF(fromF<T>(toF(w[i]) * (toF(xr[i]) * r))); };
   const int64_t share = (dim + gridDim.y - 1) / gridDim.y, end = min(dim, (blockIdx.y + 1) * share);
   for (int64_t i = blockIdx.y * share + threadIdx.x; i < end; i += blockDim.x) o[i] = fromF<T>(normed(i));
-  const int64_t k = int64_t(blockIdx.y) * (blockDim.x / 32) + threadIdx.x / 32;
-  if (k < rankRows) shrinkRow(t, a, numSlots, slotOfRow[row], row, k, rankRows, dim, threadIdx.x % 32, vec, normed);
+  if (blockIdx.y < rankRows) shrinkRowByBlock(t, a, numSlots, slotOfRow[row], row, blockIdx.y, rankRows, dim, vec, normed);
 }
 
 // One warp per (token, head) over the q heads then the k heads of fused qkv rows, in place.
@@ -119,7 +118,7 @@ void addRmsNorm(DType act, void* residual, const void* x, Weights w, void* out, 
 void rmsNormShrink(DType act, void* out, const void* x, Weights w, int64_t rows, int64_t dim, float eps,
                    LoraShrinkArgs lora) {
   if (rows == 0) return;
-  const dim3 grid(unsigned(rows), unsigned(std::max<int64_t>(1, (lora.rankRows + kThreads / 32 - 1) / (kThreads / 32))));
+  const dim3 grid(unsigned(rows), unsigned(std::max<int64_t>(1, lora.rankRows)));
   withAct(act, [&](auto t) {
     withFloat(w.dtype, [&](auto wt) {
       withFloat(lora.a.dtype, [&](auto at) {

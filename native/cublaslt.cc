@@ -152,8 +152,7 @@ const Status& status() {
   return gStatus;
 }
 
-bool gemmBf16(void* out, const void* x, const void* w, int64_t n, int64_t in, int64_t outF, void* stream,
-              bool accumulate) {
+bool gemmBf16(void* out, const void* x, const void* w, int64_t n, int64_t in, int64_t outF, void* stream) {
   if (!status().loaded) return false;
   std::lock_guard<std::mutex> lock(gMutex);
   if (!gHandle) check(gApi.create(&gHandle), "cublasLtCreate");
@@ -188,7 +187,7 @@ bool gemmBf16(void* out, const void* x, const void* w, int64_t n, int64_t in, in
     found = gAlgos.emplace(key, std::make_pair(ok, result.algo)).first;
   }
   if (!found->second.first) return false;
-  float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;  // C is out itself
+  float alpha = 1.0f, beta = 0.0f;
   check(gApi.matmul(gHandle, d.desc, &alpha, w, d.a, x, d.b, &beta, out, d.d, out, d.d, &found->second.second,
                     gWorkspace, kWorkspaceBytes, stream),
         "cublasLtMatmul");
