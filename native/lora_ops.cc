@@ -1,6 +1,7 @@
 // N-API bindings of the LoRA ops and of what loading a slot needs: region copies, fills,
 // and comparing a saved base-weight copy with the loaded base weight.
 #include <cmath>
+#include <vector>
 
 #include "cpu/ops.h"
 #include "gpu_ops.h"
@@ -115,9 +116,13 @@ Napi::Value LinearExpand(const Napi::CallbackInfo& info) {
     });
     return info.Env().Undefined();
   }
-  cpu::linear(out.ptr<float>(), x.ptr<float>(), a.weights(w), bias ? &bw : nullptr, n, in, outF, accumulate);
-  cpu::loraExpand(out.ptr<float>(), t.ptr<float>(), a.weights(lb), slots.ptr<int32_t>(), st, numSlices, n, outF,
-                  lb.dim(2));
+  // Accumulating, the delta (projection plus adapter) is made first and then added, in
+  // transformers' order: residual + (base + lora).
+  std::vector<float> delta(accumulate ? size_t(n * outF) : 0);
+  float* y = accumulate ? delta.data() : out.ptr<float>();
+  cpu::linear(y, x.ptr<float>(), a.weights(w), bias ? &bw : nullptr, n, in, outF);
+  cpu::loraExpand(y, t.ptr<float>(), a.weights(lb), slots.ptr<int32_t>(), st, numSlices, n, outF, lb.dim(2));
+  if (accumulate) cpu::add(out.ptr<float>(), out.ptr<float>(), y, n * outF);
   return info.Env().Undefined();
 }
 

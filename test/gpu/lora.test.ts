@@ -55,9 +55,9 @@ describeGpu('cuda lora', () => {
   });
 
   // The fused forms against the CPU and against the separate CUDA ops (within rounding):
-  // rmsNormShrink and siluMulShrink (several blocks a row, each shrinking 8 rank rows);
-  // linearExpand, plain and accumulating (the expand in the GEMV epilogue up to 4 rows,
-  // linear + loraExpand above).
+  // rmsNormShrink and siluMulShrink (one block per rank row of each row); linearExpand,
+  // plain and accumulating (the expand in the GEMV epilogue up to 4 rows, linear +
+  // loraExpand above; accumulating, the adapter's delta joins the projection first).
   describe.each(ACTS)('fused, %s activations', (act) => {
     // [rows, in, slice widths, rank]: GEMV rows 1 and 3, then cuBLASLt / tiled.
     const cases: [number, number, number[], number][] = [
@@ -118,10 +118,14 @@ describeGpu('cuda lora', () => {
           const out = onCuda(act, [n, outF], base);
           const x = onCuda(act, [n, inF], xs), t = onCuda(act, [n, R], ts);
           const sl = onCuda('i32', [n], slots), st = onCuda('i32', [numSlices + 1], starts);
-          if (fusedOp) addon.linearExpand(out, x, w.cuda, bias.cuda, t, b.cuda, sl, st, accumulate);
-          else {
-            addon.linear(out, x, w.cuda, bias.cuda, accumulate);
-            addon.loraExpand(out, t, b.cuda, sl, st);
+          if (fusedOp) {
+            addon.linearExpand(out, x, w.cuda, bias.cuda, t, b.cuda, sl, st, accumulate);
+          } else {  // the delta first (projection + adapter), then the sum, as transformers adds them
+            const delta = addon.empty(act, [n, outF], 'cuda');
+            addon.linear(delta, x, w.cuda, bias.cuda);
+            addon.loraExpand(delta, t, b.cuda, sl, st);
+            if (accumulate) addon.add(out, out, delta);
+            else return floats(delta);
           }
           return floats(out);
         };

@@ -74,18 +74,21 @@ describe('linear with accumulate', () => {
 
 describe('linearExpand', () => {
   for (const [withBias, accumulate] of [[false, false], [true, false], [true, true]]) {
-    it(`equals linear${withBias ? ' with a bias' : ''}${accumulate ? ', accumulating,' : ''} then loraExpand into its output`, () => {
+    const what = `linear${withBias ? ' with a bias' : ''}, then loraExpand into its output${accumulate ? ', then adds that to out' : ''}`;
+    it(`equals ${what}`, () => {
       const d = data(3);
       const base = d.lw.subarray(0, n * outF);
       const args = () => [f32([n, dim], d.x), f32([outF, dim], d.lw), withBias ? f32([outF], d.bias) : null] as const;
       const lora = () => [f32([n, 3 * rank], d.t), f32([numSlots, outF, rank], d.b), i32([n], slots), i32([4], starts)] as const;
-      const want = f32([n, outF], base);
-      addon.linear(want, ...args(), accumulate);
+      // transformers' order: residual + (projection + adapter delta)
+      const delta = addon.empty('f32', [n, outF]);
+      addon.linear(delta, ...args());
       const [t, b, s, st] = lora();
-      addon.loraExpand(want, t, b, s, st);
+      addon.loraExpand(delta, t, b, s, st);
+      const want = accumulate ? floats(delta).map((v, i) => base[i] + v) : floats(delta);
       const got = f32([n, outF], base);
       addon.linearExpand(got, ...args(), ...lora(), accumulate);
-      expectSame(floats(got), floats(want));
+      expectSame(floats(got), want);
     });
   }
 
