@@ -222,14 +222,19 @@ void linearExpand(DType act, void* out, const void* x, Weights w, const Weights*
                   int64_t outF, LoraExpandArgs lora, bool accumulate) {
   if (n == 0 || outF == 0) return;
   if (n <= kMaxGemvRows) return gemv(act, out, x, w, bias, n, in, outF, lora, accumulate);
-  // Accumulating, the adapter's delta joins the projection before the sum: added to a bf16
-  // residual on its own, a small delta would mostly round away.
-  Scratch delta(accumulate ? size_t(n * outF) * dtypeSize(act) : 0, "linearExpand scratch");
-  void* y = accumulate ? delta.as<void>() : out;
-  linear(act, y, x, w, bias, n, in, outF);
-  loraExpand(act, y, lora.t, lora.b, lora.numSlots, lora.slotOfRow, lora.sliceStarts, lora.numSlices, n, outF,
-             lora.rank);
-  if (accumulate) add(act, out, out, y, n * outF);
+  if (!accumulate) {
+    linear(act, out, x, w, bias, n, in, outF);
+    loraExpand(act, out, lora.t, lora.b, lora.numSlots, lora.slotOfRow, lora.sliceStarts, lora.numSlices, n, outF,
+               lora.rank);
+    return;
+  }
+  // Accumulating, the adapter's delta joins the projection before the sum (added to a bf16
+  // residual on its own, a small delta would mostly round away): the projection goes to
+  // scratch, and one kernel adds projection + adapter to out.
+  Scratch delta(size_t(n * outF) * dtypeSize(act), "linearExpand scratch");
+  linear(act, delta.as<void>(), x, w, bias, n, in, outF);
+  loraExpandAdd(act, out, delta.as<void>(), lora.t, lora.b, lora.numSlots, lora.slotOfRow, lora.sliceStarts,
+                lora.numSlices, n, outF, lora.rank);
 }
 
 }  // namespace mstar::gpu

@@ -25,27 +25,33 @@ __global__ void shrinkKernel(T* t, const T* x, const A* a, int64_t numSlots, con
 
 // out[r, o] += t[r, slice(o)] · b[slot, o]: one thread per (row, output column). The
 // row's t is staged in shared memory; sliceStarts (numSlices + 1 entries) say which
-// rank block each column reads. Columns outside every slice get nothing.
+// rank block each column reads. Columns outside every slice get nothing. With delta:
+// out[r, o] += (delta[r, o] + that), the inner sum rounded first (a projection plus its
+// adapter, then the residual taking it), for every row, slot 0 included.
 template <typename T, typename W>
-__global__ void expandKernel(T* out, const T* t, const W* b, int64_t numSlots, const int32_t* slotOfRow,
+__global__ void expandKernel(T* out, const T* delta, const T* t, const W* b, int64_t numSlots, const int32_t* slotOfRow,
                              const int32_t* sliceStarts, int numSlices, int64_t outF, int64_t rank) {
   extern __shared__ float tRow[];
-  int64_t r = blockIdx.x;
-  int32_t slot = slotOfRow[r];
-  if (slot <= 0 || slot >= numSlots) return;  // uniform over the block
-  for (int64_t i = threadIdx.x; i < numSlices * rank; i += blockDim.x) tRow[i] = toF(t[r * numSlices * rank + i]);
+  const int64_t r = blockIdx.x;
+  const int32_t slot = slotOfRow[r];
+  const bool on = slot > 0 && slot < numSlots;
+  if (!on && !delta) return;  // uniform over the block
+  if (on)
+    for (int64_t i = threadIdx.x; i < numSlices * rank; i += blockDim.x) tRow[i] = toF(t[r * numSlices * rank + i]);
   __syncthreads();
-  int64_t o = blockIdx.y * int64_t(blockDim.x) + threadIdx.x;
+  const int64_t o = blockIdx.y * int64_t(blockDim.x) + threadIdx.x;
   if (o >= outF) return;
   int s = 0;
   while (s < numSlices && !(sliceStarts[s] <= o && o < sliceStarts[s + 1])) ++s;
-  if (s == numSlices) return;
-  const W* br = b + (int64_t(slot) * outF + o) * rank;
-  const float* ts = tRow + int64_t(s) * rank;
   float acc = 0;
-  for (int64_t k = 0; k < rank; ++k) acc += ts[k] * toF(br[k]);
+  if (on && s < numSlices) {
+    const W* br = b + (int64_t(slot) * outF + o) * rank;
+    const float* ts = tRow + int64_t(s) * rank;
+    for (int64_t k = 0; k < rank; ++k) acc += ts[k] * toF(br[k]);
+  }
   T* dst = out + r * outF + o;
-  *dst = fromF<T>(toF(*dst) + acc);
+  if (delta) *dst = fromF<T>(toF(*dst) + toF(fromF<T>(toF(delta[r * outF + o]) + acc)));
+  else if (s < numSlices) *dst = fromF<T>(toF(*dst) + acc);
 }
 
 __global__ void copyRegionKernel(void* dst, DType dt, int64_t dstCols, const void* src, DType st, int64_t rows,
@@ -100,8 +106,9 @@ void loraShrink(DType act, void* t, const void* x, Weights a, int64_t numSlots, 
   checkLaunch("loraShrink kernel");
 }
 
-void loraExpand(DType act, void* out, const void* t, Weights b, int64_t numSlots, const int32_t* slotOfRow,
-                const int32_t* sliceStarts, int64_t numSlices, int64_t n, int64_t outF, int64_t rank) {
+void loraExpandAdd(DType act, void* out, const void* delta, const void* t, Weights b, int64_t numSlots,
+                   const int32_t* slotOfRow, const int32_t* sliceStarts, int64_t numSlices, int64_t n, int64_t outF,
+                   int64_t rank) {
   if (n == 0 || outF == 0) return;
   size_t shared = size_t(numSlices * rank) * sizeof(float);
   if (shared > 48 * 1024) throw Error("loraExpand: slices * rank = " + std::to_string(numSlices * rank) + " is above 12288");
@@ -110,12 +117,17 @@ void loraExpand(DType act, void* out, const void* t, Weights b, int64_t numSlots
     withFloat(b.dtype, [&](auto wt) {
       using T = decltype(tt);
       using W = decltype(wt);
-      expandKernel<T, W><<<grid, 256, shared, stream()>>>(static_cast<T*>(out), static_cast<const T*>(t),
-                                                           static_cast<const W*>(b.data), numSlots, slotOfRow,
-                                                           sliceStarts, int(numSlices), outF, rank);
+      expandKernel<T, W><<<grid, 256, shared, stream()>>>(static_cast<T*>(out), static_cast<const T*>(delta),
+                                                           static_cast<const T*>(t), static_cast<const W*>(b.data),
+                                                           numSlots, slotOfRow, sliceStarts, int(numSlices), outF, rank);
     });
   });
   checkLaunch("loraExpand kernel");
+}
+
+void loraExpand(DType act, void* out, const void* t, Weights b, int64_t numSlots, const int32_t* slotOfRow,
+                const int32_t* sliceStarts, int64_t numSlices, int64_t n, int64_t outF, int64_t rank) {
+  loraExpandAdd(act, out, nullptr, t, b, numSlots, slotOfRow, sliceStarts, numSlices, n, outF, rank);
 }
 
 void copyRegion(void* dst, DType dt, int64_t dstCols, const void* src, DType st, int64_t rows, int64_t cols,

@@ -56,6 +56,10 @@ void loraShrink(DType act, void* t, const void* x, Weights a, int64_t numSlots, 
                 int64_t in, int64_t rankRows);
 void loraExpand(DType act, void* out, const void* t, Weights b, int64_t numSlots, const int32_t* slotOfRow,
                 const int32_t* sliceStarts, int64_t numSlices, int64_t n, int64_t outF, int64_t rank);
+// out += (delta + the expand), the inner sum rounded first, every row (slot 0: out += delta).
+void loraExpandAdd(DType act, void* out, const void* delta, const void* t, Weights b, int64_t numSlots,
+                   const int32_t* slotOfRow, const int32_t* sliceStarts, int64_t numSlices, int64_t n, int64_t outF,
+                   int64_t rank);
 // The LoRA operands of the fused ops: each row uses its slotOfRow slot (0 or out of range:
 // none). Shrink: t [n, rankRows] = x · a[slot]ᵀ. Expand: out += t[slice of the column] · b[slot]ᵀ.
 struct LoraShrinkArgs {

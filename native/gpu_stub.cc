@@ -68,6 +68,10 @@ void loraExpand(DType, void*, const void*, Weights, int64_t, const int32_t*, con
                 int64_t) {
   none();
 }
+void loraExpandAdd(DType, void*, const void*, const void*, Weights, int64_t, const int32_t*, const int32_t*, int64_t, int64_t,
+                   int64_t, int64_t) {
+  none();
+}
 void rmsNormShrink(DType, void*, const void*, Weights, int64_t, int64_t, float, LoraShrinkArgs) { none(); }
 void siluMulShrink(DType, void*, const void*, int64_t, int64_t, LoraShrinkArgs) { none(); }
 void linearExpand(DType, void*, const void*, Weights, const Weights*, int64_t, int64_t, int64_t, LoraExpandArgs, bool) {
