@@ -55,6 +55,10 @@ void siluMul(DType act, void* out, const void* gateUp, int64_t n, int64_t inter)
 
 void siluMulShrink(DType act, void* out, const void* gateUp, int64_t n, int64_t inter, LoraShrinkArgs lora) {
   if (n * inter == 0) return;
+  if (n > kFusedShrinkRows) {
+    siluMul(act, out, gateUp, n, inter);
+    return loraShrink(act, lora.t, out, lora.a, lora.numSlots, lora.slotOfRow, n, inter, lora.rankRows);
+  }
   const dim3 grid(unsigned(n), unsigned(std::max<int64_t>(1, lora.rankRows)));
   withAct(act, [&](auto t) {
     withFloat(lora.a.dtype, [&](auto at) {

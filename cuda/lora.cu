@@ -13,14 +13,18 @@ namespace {
 
 constexpr int kShrinkThreads = 256;
 
-// t[r, k] = x[r] · a[slot, k]: one block per (row, rank row). Rows of slot 0 (or of a slot
-// outside the table) get zeros.
+// t[r, k] = x[r] · a[slot, k]. byBlock: one block per (row, rank row); else one warp per
+// (row, rank row), 8 rank rows to a block. Rows of slot 0 (or of a slot outside the table)
+// get zeros.
 template <typename T, typename A>
 __global__ void shrinkKernel(T* t, const T* x, const A* a, int64_t numSlots, const int32_t* slotOfRow, int64_t in,
-                             int64_t rankRows, bool vec) {
+                             int64_t rankRows, bool vec, bool byBlock) {
   const int64_t r = blockIdx.x;  // rows on x: y and z are limited to 65535
   const T* xr = x + r * in;
-  shrinkRowByBlock(t, a, numSlots, slotOfRow[r], r, blockIdx.y, rankRows, in, vec, [&](int64_t i) { return toF(xr[i]); });
+  auto xAt = [&](int64_t i) { return toF(xr[i]); };
+  if (byBlock) return shrinkRowByBlock(t, a, numSlots, slotOfRow[r], r, blockIdx.y, rankRows, in, vec, xAt);
+  const int64_t k = int64_t(blockIdx.y) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (k < rankRows) shrinkRowByWarp(t, a, numSlots, slotOfRow[r], r, k, rankRows, in, vec, xAt);
 }
 
 // out[r, o] += t[r, slice(o)] · b[slot, o]: one thread per (row, output column). The
@@ -92,7 +96,9 @@ unsigned strideGrid(int64_t n) { return unsigned(std::max<int64_t>(1, std::min<i
 void loraShrink(DType act, void* t, const void* x, Weights a, int64_t numSlots, const int32_t* slotOfRow, int64_t n,
                 int64_t in, int64_t rankRows) {
   if (n == 0 || rankRows == 0) return;
-  const dim3 grid{unsigned(n), unsigned(rankRows)};  // braces: parentheses would declare a function
+  const bool byBlock = n <= kFusedShrinkRows;
+  // Braces: with parentheses this line would declare a function.
+  const dim3 grid{unsigned(n), unsigned(byBlock ? rankRows : (rankRows + kShrinkThreads / 32 - 1) / (kShrinkThreads / 32))};
   withAct(act, [&](auto tt) {
     withFloat(a.dtype, [&](auto wt) {
       using T = decltype(tt);
@@ -100,7 +106,7 @@ void loraShrink(DType act, void* t, const void* x, Weights a, int64_t numSlots, 
       const bool vec = rowsAligned16(a.data, in, sizeof(W));
       shrinkKernel<T, W><<<grid, kShrinkThreads, 0, stream()>>>(static_cast<T*>(t), static_cast<const T*>(x),
                                                                       static_cast<const W*>(a.data), numSlots, slotOfRow,
-                                                                      in, rankRows, vec);
+                                                                      in, rankRows, vec, byBlock);
     });
   });
   checkLaunch("loraShrink kernel");

@@ -118,6 +118,10 @@ void addRmsNorm(DType act, void* residual, const void* x, Weights w, void* out, 
 void rmsNormShrink(DType act, void* out, const void* x, Weights w, int64_t rows, int64_t dim, float eps,
                    LoraShrinkArgs lora) {
   if (rows == 0) return;
+  if (rows > kFusedShrinkRows) {
+    rmsNorm(act, out, x, w, rows, dim, eps);
+    return loraShrink(act, lora.t, out, lora.a, lora.numSlots, lora.slotOfRow, rows, dim, lora.rankRows);
+  }
   const dim3 grid(unsigned(rows), unsigned(std::max<int64_t>(1, lora.rankRows)));
   withAct(act, [&](auto t) {
     withFloat(w.dtype, [&](auto wt) {

@@ -7,34 +7,61 @@
 
 namespace mstar::gpu {
 
+// This lane's share of x · aRow over the runs part, part + parts, ... of the row: a run is
+// 256 elements where vec (a's rows allow 16-byte loads, 8 consecutive elements a lane),
+// else 32.
+template <typename A, typename F>
+__device__ __forceinline__ float shrinkPart(const A* aRow, int64_t in, int part, int parts, int lane, bool vec,
+                                            F&& xAt) {
+  float acc = 0;
+  if (vec) {
+#pragma unroll 2
+    for (int64_t i = (int64_t(part) * 32 + lane) * 8; i < in; i += int64_t(parts) * 32 * 8) {
+      float av[8];
+      loadVec<A, 8>(av, aRow + i);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc += xAt(i + j) * av[j];
+    }
+  } else {
+    for (int64_t i = int64_t(part) * 32 + lane; i < in; i += int64_t(parts) * 32) acc += xAt(i) * toF(aRow[i]);
+  }
+  return acc;
+}
+
 // Rank row k of row r into t (t[r, k] = x · a[slot, k]), by the whole block: warp w takes
-// every (blockDim / 32)-th run of the row (256 elements a run where vec: a's rows allow
-// 16-byte loads, 8 consecutive elements a lane), and the warps' sums meet in shared
-// memory. A small batch's shrink is a few dozen such dot products: spread over whole
-// blocks, each warp issues a load or two instead of walking a 1-3K row alone. Slot 0, or
-// a slot outside the table, gives zeros. The whole block must call it.
+// every (blockDim / 32)-th run, and the warps' sums meet in shared memory. A small batch's
+// shrink is a few dozen such dot products: spread over whole blocks, each warp issues a
+// load or two instead of walking a 1-12K row alone. Slot 0, or a slot outside the table,
+// gives zeros. The whole block must call it.
 template <typename T, typename A, typename F>
 __device__ void shrinkRowByBlock(T* t, const A* a, int64_t numSlots, int32_t slot, int64_t r, int64_t k,
                                  int64_t rankRows, int64_t in, bool vec, F&& xAt) {
   __shared__ float partial[32];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
   float acc = 0;
-  if (slot > 0 && slot < numSlots) {
-    const A* aRow = a + (int64_t(slot) * rankRows + k) * in;
-    if (vec) {
-      for (int64_t i = (int64_t(warp) * 32 + lane) * 8; i < in; i += int64_t(warps) * 32 * 8) {
-        float av[8];
-        loadVec<A, 8>(av, aRow + i);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc += xAt(i + j) * av[j];
-      }
-    } else {
-      for (int64_t i = int64_t(warp) * 32 + lane; i < in; i += int64_t(warps) * 32) acc += xAt(i) * toF(aRow[i]);
-    }
-  }
+  if (slot > 0 && slot < numSlots)
+    acc = shrinkPart(a + (int64_t(slot) * rankRows + k) * in, in, threadIdx.x / 32, blockDim.x / 32, threadIdx.x % 32,
+                     vec, xAt);
   acc = blockSum(acc, partial);
   if (threadIdx.x == 0) t[r * rankRows + k] = fromF<T>(acc);
 }
+
+// The same by one warp alone: for many rows, where the rows give the parallelism and a
+// block's warps share the row of x through L1.
+template <typename T, typename A, typename F>
+__device__ void shrinkRowByWarp(T* t, const A* a, int64_t numSlots, int32_t slot, int64_t r, int64_t k,
+                                int64_t rankRows, int64_t in, bool vec, F&& xAt) {
+  const int lane = threadIdx.x % 32;
+  float acc = 0;
+  if (slot > 0 && slot < numSlots) acc = shrinkPart(a + (int64_t(slot) * rankRows + k) * in, in, 0, 1, lane, vec, xAt);
+  acc = warpSum(acc);
+  if (lane == 0) t[r * rankRows + k] = fromF<T>(acc);
+}
+
+// Up to this many rows the producing kernels shrink where they make x, each of a row's
+// rank-row blocks recomputing what it needs of the row, and loraShrink gives each rank row
+// a block. Above it (prefill, large batches) the rows give the parallelism: x is made once,
+// then loraShrink's warps take a rank row each, 8 to a block sharing the row.
+constexpr int64_t kFusedShrinkRows = 16;
 
 inline bool rowsAligned16(const void* p, int64_t in, size_t elem) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0 && (in * int64_t(elem)) % 16 == 0;
