@@ -1,20 +1,23 @@
-// Token choice and log-probabilities on the GPU, one block per row; only token ids and
-// the requested logprobs leave the device. A row's largest logit (all greedy decoding
-// needs) is first found by many blocks over slices of the vocabulary, not by the row's
-// one block: a 152K vocabulary is too long for one block to scan in a few microseconds.
+// Token choice and log-probabilities on the GPU; only token ids and the requested
+// logprobs leave the device.
 //
-// sample() must pick the token cpu::sample picks for the same logits. The CPU sorts the
-// vocabulary (logit descending, index ascending), keeps the top k, then the shortest
-// prefix whose probability reaches top-p, and walks that prefix until the cumulative
-// weight passes u * total, with u from the same counter-based RNG. Sorting a whole
-// vocabulary per row is what the GPU avoids: every "position in sorted order" question
-// is answered by a radix descent over a 64-bit key that orders elements exactly like
-// the CPU's sort (the logit's order-preserving bits, then the inverted index). Each pass
-// histograms the next 8 bits of the elements still in play (count, and the f64 weight
-// e^(x/T - max/T) the CPU uses), then picks the bucket where the running count or
-// weight crosses the target. Weights are summed in another order than the CPU's
-// sequential walk, so a draw landing within ~1e-16 of a boundary could go the other
-// way; otherwise the choice is the CPU's.
+// sample() must pick the token cpu::sample picks for the same logits. The CPU keeps the
+// vocabulary's top k (logit descending, index ascending), then the shortest prefix whose
+// probability reaches top-p, and draws among the kept tokens by an exponential race: token
+// i gets uniform u_i from a counter-based RNG (seed, step, i), and the largest
+// x_i / T - log(-log u_i) wins (Gumbel-max: a draw from softmax(x / T) over the kept set).
+// On the GPU:
+//  1. many blocks find each row's largest logit over slices of the vocabulary (greedy needs
+//     nothing else; a 152K vocabulary is too long for one block to scan quickly);
+//  2. one block per row answers greedy rows and, for top-k / top-p, finds the smallest kept
+//     key by a radix descent over a 64-bit key that orders elements exactly like the CPU's
+//     sort (the logit's order-preserving bits, then the inverted index): each pass
+//     histograms the next 8 bits of the elements in play (count, and for top-p the f64
+//     weight e^(x/T - max/T) the CPU uses) and picks the bucket where the running count or
+//     weight crosses the target;
+//  3. many blocks run the race over slices, and one block per row takes the winner.
+// Top-p's weights are summed in another order than the CPU's walk, so a cut landing within
+// ~1e-16 of a boundary could go the other way; otherwise the choice is the CPU's.
 #include <cstdint>
 
 #include "common.cuh"
@@ -32,9 +35,17 @@ __device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Uniform in [0, 1) with 53 random bits: native/cpu/sampling.cc's uniform(seed, step).
-__device__ __forceinline__ double uniform(uint64_t seed, uint64_t step) {
-  return double(splitmix64(seed ^ splitmix64(step)) >> 11) * 0x1.0p-53;
+// native/cpu/sampling.cc's raceScore: x / T - log(-log u), u uniform in (0, 1) from element
+// i of the draw's stream splitmix64(base + i).
+__device__ __forceinline__ double raceScore(float x, double temperature, uint64_t base, int64_t i) {
+  double u = (double(splitmix64(base + uint64_t(i)) >> 11) + 0.5) * 0x1.0p-53;
+  return double(x) / temperature - log(-log(u));
+}
+__device__ __forceinline__ uint64_t streamBase(uint64_t seed, uint64_t step) { return splitmix64(seed ^ splitmix64(step)); }
+
+// Race leader of two: the larger score, ties to the lower index.
+__device__ __forceinline__ bool leads(double s, int64_t i, double bestS, int64_t bestI) {
+  return s > bestS || (s == bestS && i < bestI);
 }
 
 // A key whose descending order is the CPU's sort order: larger logit first, then lower
@@ -88,7 +99,7 @@ struct SelectShared {
   uint64_t found;
 };
 
-enum Mode { kCount, kMassAtLeast, kMassAbove };
+enum Mode { kCount, kMassAtLeast };
 
 // The logits of one row and the weight the CPU gives a kept token.
 template <typename T>
@@ -100,9 +111,8 @@ struct Row {
 };
 
 // Among the elements with key >= minKey, walked in descending key order, the first one
-// whose running count (kCount) or weight reaches `target` (>= for kCount and
-// kMassAtLeast, > for kMassAbove). If rounding leaves the target unreached, the last
-// element. Returns its key.
+// whose running count (kCount) or weight (kMassAtLeast) reaches `target`. If rounding
+// leaves the target unreached, the last element. Returns its key.
 template <typename T>
 __device__ uint64_t selectKey(const Row<T>& row, uint64_t minKey, Mode mode, double target, SelectShared& sh) {
   const int warp = threadIdx.x / 32;
@@ -139,7 +149,7 @@ __device__ uint64_t selectKey(const Row<T>& row, uint64_t minKey, Mode mode, dou
     }
     double mine = mode == kCount ? double(c) : m;
     double before = acc + blockExclusiveSum(mine, sh.scan);
-    bool crosses = c > 0 && (mode == kMassAbove ? before + mine > target : before + mine >= target);
+    bool crosses = c > 0 && before + mine >= target;
     if (crosses) atomicMin(&sh.crossing, int(threadIdx.x));
     if (c > 0) atomicMax(&sh.lastNonEmpty, int(threadIdx.x));
     __syncthreads();
@@ -203,9 +213,15 @@ __global__ __launch_bounds__(kThreads) void sliceMaxKernel(uint64_t* partMax, co
   if (threadIdx.x == 0) partMax[r * gridDim.y + blockIdx.y] = best;
 }
 
+// A row whose token is already chosen (greedy): the race skips it.
+constexpr uint64_t kDecided = UINT64_MAX;
+
+// Step 2: greedy rows get their token; the others get the smallest key they keep
+// (minKey[r]: 0 keeps every token).
 template <typename T>
-__global__ __launch_bounds__(kThreads) void sampleKernel(int32_t* outIds, const T* logits, int64_t vocab,
-                                                         SamplingRows p, const uint64_t* partMax, int slices) {
+__global__ __launch_bounds__(kThreads) void keepKernel(int32_t* outIds, uint64_t* minKeys, const T* logits,
+                                                       int64_t vocab, SamplingRows p, const uint64_t* partMax,
+                                                       int slices) {
   __shared__ SelectShared sh;
   __shared__ uint64_t maxShared[kWarps];
   __shared__ double sumShared[32];
@@ -217,12 +233,14 @@ __global__ __launch_bounds__(kThreads) void sampleKernel(int32_t* outIds, const 
   for (int i = threadIdx.x; i < slices; i += kThreads) best = max(best, partMax[r * slices + i]);
   best = blockMax(best, maxShared);
   if (temperature <= 0 || topK == 1) {  // greedy: the first of tied maxima
-    if (threadIdx.x == 0) outIds[r] = indexOf(best);
+    if (threadIdx.x == 0) {
+      outIds[r] = indexOf(best);
+      minKeys[r] = kDecided;
+    }
     return;
   }
   Row<T> row{x, vocab, double(temperature), 0};
   row.maxScaled = double(toF(x[indexOf(best)])) / row.temperature;
-
   uint64_t minKey = 0;  // the kept tokens are those with key >= minKey
   int64_t keep = topK > 0 ? min(int64_t(topK), vocab) : vocab;
   if (keep < vocab) minKey = selectKey(row, 0, kCount, double(keep), sh);
@@ -230,10 +248,75 @@ __global__ __launch_bounds__(kThreads) void sampleKernel(int32_t* outIds, const 
     double total = keptWeight(row, minKey, sumShared);
     minKey = selectKey(row, minKey, kMassAtLeast, double(topP) * total, sh);
   }
-  double total = keptWeight(row, minKey, sumShared);
-  double u = uniform(uint64_t(p.seeds[r]), uint64_t(p.steps[r])) * total;
-  uint64_t chosen = selectKey(row, minKey, kMassAbove, u, sh);
-  if (threadIdx.x == 0) outIds[r] = indexOf(chosen);
+  if (threadIdx.x == 0) minKeys[r] = minKey;
+}
+
+// Step 3a: each slice's race leader among the kept tokens.
+template <typename T>
+__global__ __launch_bounds__(kThreads) void raceKernel(double* leadScore, int32_t* leadId, const uint64_t* minKeys,
+                                                       const T* logits, int64_t vocab, SamplingRows p) {
+  __shared__ double sScore[kWarps];
+  __shared__ int64_t sId[kWarps];
+  const int64_t r = blockIdx.x;
+  const uint64_t minKey = minKeys[r];
+  if (minKey == kDecided) return;  // uniform over the block
+  const int64_t per = (vocab + gridDim.y - 1) / gridDim.y;
+  const int64_t begin = blockIdx.y * per, end = min(vocab, begin + per);
+  const T* x = logits + r * vocab;
+  const double temperature = p.temperature[r];
+  const uint64_t base = streamBase(uint64_t(p.seeds[r]), uint64_t(p.steps[r]));
+  double bestS = -INFINITY;
+  int64_t bestI = INT64_MAX;
+  for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) {
+    const float v = toF(x[i]);
+    if (keyOf(v, i) < minKey) continue;
+    const double score = raceScore(v, temperature, base, i);
+    if (leads(score, i, bestS, bestI)) {
+      bestS = score;
+      bestI = i;
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    double s2 = __shfl_xor_sync(0xffffffffu, bestS, o);
+    int64_t i2 = __shfl_xor_sync(0xffffffffu, bestI, o);
+    if (leads(s2, i2, bestS, bestI)) {
+      bestS = s2;
+      bestI = i2;
+    }
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) {
+    sScore[warp] = bestS;
+    sId[warp] = bestI;
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  for (int w = 1; w < kWarps; ++w) {
+    if (leads(sScore[w], sId[w], bestS, bestI)) {
+      bestS = sScore[w];
+      bestI = sId[w];
+    }
+  }
+  leadScore[r * gridDim.y + blockIdx.y] = bestS;
+  leadId[r * gridDim.y + blockIdx.y] = bestI == INT64_MAX ? -1 : int32_t(bestI);
+}
+
+// Step 3b: the row's winner over its slices' leaders (a slice with no kept token has none).
+__global__ void pickKernel(int32_t* outIds, const uint64_t* minKeys, const double* leadScore, const int32_t* leadId,
+                           int slices, int64_t n) {
+  const int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (r >= n || minKeys[r] == kDecided) return;
+  double bestS = -INFINITY;
+  int64_t bestI = INT64_MAX;
+  for (int s = 0; s < slices; ++s) {
+    const int32_t id = leadId[r * slices + s];
+    if (id >= 0 && leads(leadScore[r * slices + s], id, bestS, bestI)) {
+      bestS = leadScore[r * slices + s];
+      bestI = id;
+    }
+  }
+  outIds[r] = bestI == INT64_MAX ? 0 : int32_t(bestI);
 }
 
 // Log-softmax of the raw logits in f64 (as the CPU): the chosen token's logprob, then the
@@ -270,15 +353,26 @@ __global__ __launch_bounds__(kThreads) void logprobsKernel(float* chosenLp, int3
 void sample(DType act, int32_t* outIds, const void* logits, int64_t n, int64_t vocab, SamplingRows p) {
   if (n == 0) return;
   const int slices = int(std::max<int64_t>(1, std::min<int64_t>(64, (vocab + 4095) / 4096)));
-  Scratch partMax(size_t(n) * slices * sizeof(uint64_t), "sample scratch");
+  const size_t parts = size_t(n) * slices;
+  Scratch scratch(parts * (sizeof(uint64_t) + sizeof(double) + sizeof(int32_t)) + size_t(n) * sizeof(uint64_t),
+                  "sample scratch");
+  uint64_t* partMax = scratch.as<uint64_t>();
+  double* leadScore = reinterpret_cast<double*>(partMax + parts);
+  uint64_t* minKeys = reinterpret_cast<uint64_t*>(leadScore + parts);
+  int32_t* leadId = reinterpret_cast<int32_t*>(minKeys + n);
   withAct(act, [&](auto t) {
     using T = decltype(t);
     const T* x = static_cast<const T*>(logits);
-    sliceMaxKernel<T><<<dim3(unsigned(n), unsigned(slices)), kThreads, 0, stream()>>>(partMax.as<uint64_t>(), x, vocab);
+    const dim3 sliced{unsigned(n), unsigned(slices)};
+    sliceMaxKernel<T><<<sliced, kThreads, 0, stream()>>>(partMax, x, vocab);
     checkLaunch("sample slice-max kernel");
-    sampleKernel<T><<<unsigned(n), kThreads, 0, stream()>>>(outIds, x, vocab, p, partMax.as<uint64_t>(), slices);
+    keepKernel<T><<<unsigned(n), kThreads, 0, stream()>>>(outIds, minKeys, x, vocab, p, partMax, slices);
+    checkLaunch("sample keep kernel");
+    raceKernel<T><<<sliced, kThreads, 0, stream()>>>(leadScore, leadId, minKeys, x, vocab, p);
+    checkLaunch("sample race kernel");
   });
-  checkLaunch("sample kernel");
+  pickKernel<<<blocksFor(n, 128), 128, 0, stream()>>>(outIds, minKeys, leadScore, leadId, slices, n);
+  checkLaunch("sample pick kernel");
 }
 
 void logprobs(DType act, float* chosenLp, int32_t* topIds, float* topLp, int64_t k, const void* logits,

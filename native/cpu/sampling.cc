@@ -1,6 +1,11 @@
 // Token choice per row: greedy, or temperature / top-k / top-p sampling driven by a
 // counter-based RNG (seed, step), so a seeded request draws the same tokens whatever
 // batch it shares and whichever backend runs it.
+//
+// The draw is an exponential race (the Gumbel-max trick): every kept token i gets its own
+// uniform u_i, and the token with the largest x_i / T - log(-log u_i) wins. That is exactly
+// a draw from softmax(x / T) over the kept tokens, and needs no sorted order or running
+// sum: the GPU finds it in one parallel pass (cuda/sampling.cu) instead of a cumulative walk.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -19,9 +24,13 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Uniform in [0, 1) with 53 random bits.
-double uniform(uint64_t seed, uint64_t step) {
-  return double(splitmix64(seed ^ splitmix64(step)) >> 11) * 0x1.0p-53;
+// The draw's stream: element i's number is splitmix64(base + i) (SplitMix64's sequence).
+uint64_t streamBase(uint64_t seed, uint64_t step) { return splitmix64(seed ^ splitmix64(step)); }
+
+// Token i's race score: x / T minus log(-log u), u uniform in (0, 1) with 53 random bits.
+double raceScore(float x, double temperature, uint64_t base, int64_t i) {
+  double u = (double(splitmix64(base + uint64_t(i)) >> 11) + 0.5) * 0x1.0p-53;
+  return double(x) / temperature - std::log(-std::log(u));
 }
 
 int32_t argmax(const float* x, int64_t n) {
@@ -38,17 +47,16 @@ int32_t sampleRow(const float* logits, int64_t vocab, float temperature, int32_t
   std::iota(order.begin(), order.end(), 0);
   auto higher = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
   int64_t keep = topK > 0 ? std::min<int64_t>(topK, vocab) : vocab;
-  if (keep < vocab) {
-    std::partial_sort(order.begin(), order.begin() + keep, order.end(), higher);
-  } else {
-    std::sort(order.begin(), order.end(), higher);
-  }
-  // Softmax of logits / temperature over the kept tokens, in descending order.
-  std::vector<double> probs(static_cast<size_t>(keep));
-  double maxLogit = double(logits[order[0]]) / temperature, total = 0;
-  for (int64_t i = 0; i < keep; ++i) total += probs[size_t(i)] = std::exp(double(logits[order[size_t(i)]]) / temperature - maxLogit);
-  // Top-p: the smallest prefix whose probability reaches topP (at least one token).
+  // Only top-k and top-p need the tokens in order (the race itself does not).
+  if (keep < vocab) std::partial_sort(order.begin(), order.begin() + keep, order.end(), higher);
+  else if (topP < 1) std::sort(order.begin(), order.end(), higher);
+  // Softmax of logits / temperature over the kept tokens, in descending order: top-p keeps
+  // the smallest prefix whose probability reaches topP (at least one token).
   if (topP < 1) {
+    std::vector<double> probs(static_cast<size_t>(keep));
+    double maxLogit = double(logits[order[0]]) / temperature, total = 0;
+    for (int64_t i = 0; i < keep; ++i)
+      total += probs[size_t(i)] = std::exp(double(logits[order[size_t(i)]]) / temperature - maxLogit);
     double cum = 0;
     int64_t cut = 0;
     while (cut < keep) {
@@ -56,14 +64,19 @@ int32_t sampleRow(const float* logits, int64_t vocab, float temperature, int32_t
       if (cum >= double(topP)) break;
     }
     keep = cut;
-    total = std::accumulate(probs.begin(), probs.begin() + keep, 0.0);
   }
-  double u = uniform(seed, step) * total, cum = 0;
-  for (int64_t i = 0; i < keep; ++i) {
-    cum += probs[size_t(i)];
-    if (u < cum) return order[size_t(i)];
+  const uint64_t base = streamBase(seed, step);
+  int32_t best = order[0];
+  double bestScore = -INFINITY;
+  for (int64_t j = 0; j < keep; ++j) {
+    const int32_t i = order[size_t(j)];
+    const double score = raceScore(logits[i], temperature, base, i);
+    if (score > bestScore || (score == bestScore && i < best)) {
+      best = i;
+      bestScore = score;
+    }
   }
-  return order[size_t(keep - 1)];
+  return best;
 }
 
 }  // namespace
