@@ -213,6 +213,70 @@ __global__ __launch_bounds__(kThreads) void sliceMaxKernel(uint64_t* partMax, co
   if (threadIdx.x == 0) partMax[r * gridDim.y + blockIdx.y] = best;
 }
 
+// Top-p's cut when it falls among the kCandidates largest kept tokens (the usual case: a
+// nucleus is a small part of the vocabulary): those tokens are gathered, sorted in shared
+// memory, and walked in order by one thread summing weight / total in f64 exactly as the
+// CPU's loop does. Returns the crossing token's key, or 0 when the candidates' mass stays
+// below topP (then the caller falls back to the radix descent over the whole kept set).
+constexpr int kCandidates = 1024;
+
+struct NucleusShared {
+  uint64_t key[kCandidates];
+  double weight[kCandidates];
+  int count;
+  uint64_t cut;
+};
+
+template <typename T>
+__device__ uint64_t nucleusCut(const Row<T>& row, uint64_t minKey, int64_t kept, double topP, double total,
+                               SelectShared& sh, NucleusShared& nu) {
+  // The candidates: every kept token, or the kCandidates largest.
+  const uint64_t candMin = kept <= kCandidates ? minKey : selectKey(row, minKey, kCount, double(kCandidates), sh);
+  for (int i = threadIdx.x; i < kCandidates; i += kThreads) nu.key[i] = 0;  // padding sorts last
+  if (threadIdx.x == 0) {
+    nu.count = 0;
+    nu.cut = 0;
+  }
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < row.vocab; i += kThreads) {
+    uint64_t key = keyOf(toF(row.x[i]), i);
+    if (key >= candMin) nu.key[atomicAdd(&nu.count, 1)] = key;
+  }
+  __syncthreads();
+  // Bitonic sort, descending (keys are distinct: each holds its index).
+  for (int k = 2; k <= kCandidates; k <<= 1) {
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      for (int i = threadIdx.x; i < kCandidates; i += kThreads) {
+        int l = i ^ j;
+        if (l <= i) continue;
+        uint64_t a = nu.key[i], b = nu.key[l];
+        if ((i & k) == 0 ? a < b : a > b) {
+          nu.key[i] = b;
+          nu.key[l] = a;
+        }
+      }
+      __syncthreads();
+    }
+  }
+  const int count = nu.count;
+  for (int i = threadIdx.x; i < count; i += kThreads) nu.weight[i] = row.weight(toF(row.x[indexOf(nu.key[i])]));
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double cum = 0;
+    for (int i = 0; i < count; ++i) {
+      cum += nu.weight[i] / total;
+      if (cum >= topP) {
+        nu.cut = nu.key[i];
+        break;
+      }
+    }
+    // Every kept token a candidate and the sum short of topP by rounding: the CPU keeps all.
+    if (nu.cut == 0 && count == kept) nu.cut = minKey == 0 ? 1 : minKey;
+  }
+  __syncthreads();
+  return nu.cut;
+}
+
 // A row whose token is already chosen (greedy): the race skips it.
 constexpr uint64_t kDecided = UINT64_MAX;
 
@@ -223,6 +287,7 @@ __global__ __launch_bounds__(kThreads) void keepKernel(int32_t* outIds, uint64_t
                                                        int64_t vocab, SamplingRows p, const uint64_t* partMax,
                                                        int slices) {
   __shared__ SelectShared sh;
+  __shared__ NucleusShared nu;
   __shared__ uint64_t maxShared[kWarps];
   __shared__ double sumShared[32];
   const int64_t r = blockIdx.x;
@@ -246,7 +311,8 @@ __global__ __launch_bounds__(kThreads) void keepKernel(int32_t* outIds, uint64_t
   if (keep < vocab) minKey = selectKey(row, 0, kCount, double(keep), sh);
   if (topP < 1) {
     double total = keptWeight(row, minKey, sumShared);
-    minKey = selectKey(row, minKey, kMassAtLeast, double(topP) * total, sh);
+    uint64_t cut = nucleusCut(row, minKey, keep, double(topP), total, sh, nu);
+    minKey = cut != 0 ? cut : selectKey(row, minKey, kMassAtLeast, double(topP) * total, sh);
   }
   if (threadIdx.x == 0) minKeys[r] = minKey;
 }
