@@ -1,8 +1,8 @@
 // The attention prologue in one launch: per-head RMSNorm of q and k (Qwen3; optional),
 // RoPE on q and k, and the k and v rows into their paged-cache slot. It replaces
-// headRmsNorm + rope + kvWrite (three launches a layer) and rounds between the stages
-// exactly as those do (qkv is stored in the activation type after each), so either path
-// gives the same bits.
+// headRmsNorm + rope + kvWrite (three launches a layer) and rounds between the stages as
+// those do (qkv is stored in the activation type after each), so either path gives the
+// same values.
 #include "common.cuh"
 
 namespace mstar::gpu {

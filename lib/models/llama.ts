@@ -84,6 +84,17 @@ export class LlamaModel {
       addon.rmsNormShrink(x, residual, this.w(weight), c.rmsNormEps, s, t.a, lora.plan.rowSlots);
       return s;
     };
+    /** act = SiLU(gate) · up: with the shrink of act for `next` when it is adapted, made where act is made. */
+    const activate = (next: string): Tensor | undefined => {
+      const t = adapted(next);
+      if (!t || !lora) {
+        addon.siluMul(act, gateUp);
+        return undefined;
+      }
+      const s = shrunk(t, n);
+      addon.siluMulShrink(act, gateUp, s, t.a, lora.plan.rowSlots);
+      return s;
+    };
     /**
      * out = input · Wᵀ (+ bias) plus each row's adapter delta (out += with accumulate);
      * `s`: the adapter's shrink of input, if made already.
@@ -111,15 +122,7 @@ export class LlamaModel {
       addon.pagedAttention(attn, qkv, kv.k[l], kv.v[l], step.blockTables, step.queryStarts, step.contextLens, H, K, hd, this.scale);
       project(residual, attn, `${p}.o`, { accumulate: true });
       project(gateUp, x, `${p}.gate_up`, { s: norm(`${p}.mlp_norm`, `${p}.gate_up`) });
-      const downT = adapted(`${p}.down`);
-      let downShrunk: Tensor | undefined;
-      if (downT && lora) {
-        downShrunk = shrunk(downT, n);
-        addon.siluMulShrink(act, gateUp, downShrunk, downT.a, lora.plan.rowSlots);
-      } else {
-        addon.siluMul(act, gateUp);
-      }
-      project(residual, act, `${p}.down`, { s: downShrunk, accumulate: true });
+      project(residual, act, `${p}.down`, { s: activate(`${p}.down`), accumulate: true });
     }
     norm('final_norm');
     addon.gatherRows(last, x, step.logitRows);
