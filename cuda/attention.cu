@@ -47,6 +47,7 @@ struct Args {
   int64_t splitKeys;
   float* partO;   // [tokens, numHeads, numSplits, headDim], each split's normalised output
   float* partML;  // [tokens, numHeads, numSplits, 2]: its running max and sum of weights
+  int* tickets;   // streamKernel: [tokens, gridDim.y], zero between launches; null: combineKernel merges
 };
 
 // Lane `lane`'s DPL dims (lane * DPL + i) of one head row; vec: the head has exactly
@@ -93,10 +94,10 @@ __device__ __forceinline__ int64_t slotOf(const Args& p, const int32_t* table, i
 }
 
 // The end of both kernels: each warp left its running max, sum of weights and weighted
-// values (W >= headDim per head) in shared memory; merge them and write the output, or
-// this split's partial for combineKernel.
+// values (W >= headDim per head) in shared memory; merge them and write the output
+// (direct: this block saw all of the token's keys), or this split's partial.
 template <typename T, int GT, int W>
-__device__ void finishBlock(const Args& p, int64_t t, int h0, int split, const float (&sM)[kWarps][GT],
+__device__ void finishBlock(const Args& p, int64_t t, int h0, int split, bool direct, const float (&sM)[kWarps][GT],
                             const float (&sL)[kWarps][GT], const float (&sAcc)[kWarps][GT][W]) {
   const int hd = p.headDim;
   for (int e = threadIdx.x; e < GT * hd; e += blockDim.x) {
@@ -115,7 +116,7 @@ __device__ void finishBlock(const Args& p, int64_t t, int h0, int split, const f
     }
     int h = h0 + g;
     float o = L > 0 ? O / L : 0.0f;
-    if (p.numSplits == 1) {
+    if (direct) {
       static_cast<T*>(p.out)[(t * p.numHeads + h) * hd + d] = fromF<T>(o);
     } else {
       int64_t at = (t * p.numHeads + h) * p.numSplits + split;
@@ -125,6 +126,28 @@ __device__ void finishBlock(const Args& p, int64_t t, int h0, int split, const f
         p.partML[at * 2 + 1] = L;
       }
     }
+  }
+}
+
+// Head h of token t from its first `used` splits' partials (the others hold no keys):
+// weights e^(m_s - M) * l_s. Threads d0, d0 + dStep, ... take the head dims. Loads go
+// through L2 (__ldcg): the partials may have been written by other blocks just before.
+template <typename T>
+__device__ void mergeHead(const Args& p, int64_t t, int h, int used, int d0, int dStep) {
+  const int hd = p.headDim;
+  const int64_t base = (t * p.numHeads + h) * p.numSplits;
+  float M = -INFINITY;
+  for (int s = 0; s < used; ++s) M = fmaxf(M, __ldcg(p.partML + (base + s) * 2));
+  for (int d = d0; d < hd; d += dStep) {
+    float L = 0, O = 0;
+    if (M != -INFINITY) {
+      for (int s = 0; s < used; ++s) {
+        float f = expf(__ldcg(p.partML + (base + s) * 2) - M) * __ldcg(p.partML + (base + s) * 2 + 1);
+        L += f;
+        O += __ldcg(p.partO + (base + s) * hd + d) * f;
+      }
+    }
+    static_cast<T*>(p.out)[(t * p.numHeads + h) * hd + d] = fromF<T>(L > 0 ? O / L : 0.0f);
   }
 }
 
@@ -156,6 +179,10 @@ __global__ __launch_bounds__(kWarps * 32) void streamKernel(Args p) {
 
   const TokenKeys keys = keysOf(p, t);
   const int64_t share = streamShare(p, keys.count);
+  // Splits past the token's keys have nothing to do; at least split 0 runs (a token with
+  // no keys gets zeros).
+  const int used = int(max(int64_t(1), min(int64_t(p.numSplits), (keys.count + share - 1) / share)));
+  if (p.tickets && split >= used) return;
   const int64_t kBegin = min(keys.count, split * share), kEnd = min(keys.count, kBegin + share);
 
   const T* qRow = static_cast<const T*>(p.qkv) + t * p.rowWidth + sub * EPL;
@@ -248,7 +275,21 @@ __global__ __launch_bounds__(kWarps * 32) void streamKernel(Args p) {
     }
   }
   __syncthreads();
-  finishBlock<T, GT, HD>(p, t, h0, split, sM, sL, sAcc);
+  const bool direct = p.numSplits == 1 || (p.tickets && used == 1);
+  finishBlock<T, GT, HD>(p, t, h0, split, direct, sM, sL, sAcc);
+  if (direct || !p.tickets) return;
+  // The last of the token's splits to finish merges them (no second launch): each block
+  // makes its partials visible, then takes a ticket.
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  int* ticket = p.tickets + t * gridDim.y + blockIdx.y;
+  if (threadIdx.x == 0) last = atomicAdd(ticket, 1) == used - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int g = 0; g < GT; ++g) mergeHead<T>(p, t, h0 + g, used, threadIdx.x, blockDim.x);
+  if (threadIdx.x == 0) *ticket = 0;  // ready for the next launch
 }
 
 template <typename T, typename C, int DPL, int GT>
@@ -345,32 +386,33 @@ __global__ __launch_bounds__(kWarps * 32) void generalKernel(Args p, bool vec) {
     for (int i = 0; i < DPL; ++i) sAcc[warp][g][lane * DPL + i] = acc[g][i];
   }
   __syncthreads();
-  finishBlock<T, GT, 32 * DPL>(p, t, h0, split, sM, sL, sAcc);
+  finishBlock<T, GT, 32 * DPL>(p, t, h0, split, p.numSplits == 1, sM, sL, sAcc);
 }
 
-// One block per (token, head): weights e^(m_s - M) * l_s over the splits that hold keys
-// (a short context in a wide table fills only the first few; the rest hold nothing).
+// One block per (token, head): the merge, where streamKernel's blocks do not do it
+// themselves (generalKernel, or no tickets). Only the splits that hold keys count (a short
+// context in a wide table fills only the first few).
 template <typename T>
 __global__ void combineKernel(Args p, bool streamed) {
   const int64_t t = blockIdx.x;
-  const int h = blockIdx.y, hd = p.headDim;
   const int64_t count = keysOf(p, t).count;
   const int64_t per = streamed ? streamShare(p, count) : p.splitKeys;
   const int used = int(min(int64_t(p.numSplits), (count + per - 1) / per));
-  const int64_t base = (t * p.numHeads + h) * p.numSplits;
-  float M = -INFINITY;
-  for (int s = 0; s < used; ++s) M = fmaxf(M, p.partML[(base + s) * 2]);
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-    float L = 0, O = 0;
-    if (M != -INFINITY) {
-      for (int s = 0; s < used; ++s) {
-        float f = expf(p.partML[(base + s) * 2] - M) * p.partML[(base + s) * 2 + 1];
-        L += f;
-        O += p.partO[(base + s) * hd + d] * f;
-      }
-    }
-    static_cast<T*>(p.out)[(t * p.numHeads + h) * hd + d] = fromF<T>(L > 0 ? O / L : 0.0f);
+  mergeHead<T>(p, t, blockIdx.y, used, threadIdx.x, blockDim.x);
+}
+
+// streamKernel's tickets: one int per (token, block row) of a launch, zero between
+// launches (each merging block puts its ticket back). Allocated once, outside any capture
+// (a captured graph keeps the address); a launch needing more, or the first one if it
+// comes inside a capture, merges with combineKernel instead.
+constexpr size_t kTickets = size_t(1) << 20;
+int* tickets(size_t needed) {
+  static int* buffer = nullptr;
+  if (!buffer && !capturing()) {
+    buffer = static_cast<int*>(alloc(kTickets * sizeof(int)));
+    memsetAsync(buffer, 0, kTickets * sizeof(int));
   }
+  return needed <= kTickets ? buffer : nullptr;
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -433,12 +475,13 @@ void pagedAttention(DType act, void* out, const void* qkv, KvCache c, const int3
 
   Args a{out, qkv, c.k, c.v, blockTables, queryStarts, contextLens, int(numSeqs), maxBlocks, c.numBlocks,
          int(c.blockSize), l.numHeads, l.numKvHeads, l.headDim, l.rowWidth(), scale, int(splits), splitKeys,
-         nullptr, nullptr};
+         nullptr, nullptr, nullptr};
   const size_t parts = size_t(numTokens) * l.numHeads * size_t(splits);
   Scratch partials(splits > 1 ? parts * (l.headDim + 2) * sizeof(float) : 0, "pagedAttention scratch");
   if (splits > 1) {
     a.partO = partials.as<float>();
     a.partML = a.partO + parts * l.headDim;
+    if (streamed) a.tickets = tickets(size_t(numTokens) * l.numKvHeads * (groups / gt));
   }
   dim3 grid(unsigned(numTokens), unsigned(l.numKvHeads * (groups / gt)), unsigned(splits));
   withAct(act, [&](auto tt) {
@@ -453,7 +496,7 @@ void pagedAttention(DType act, void* out, const void* qkv, KvCache c, const int3
       else if (dpl == 4) launchGeneral<T, C, 4>(gt, grid, a, vec);
       else launchGeneral<T, C, 8>(gt, grid, a, vec);
       checkLaunch("pagedAttention kernel");
-      if (splits > 1) {
+      if (splits > 1 && !a.tickets) {
         dim3 cgrid(unsigned(numTokens), unsigned(l.numHeads));
         int threads = std::min(256, (l.headDim + 31) / 32 * 32);
         combineKernel<T><<<cgrid, threads, 0, stream()>>>(a, streamed);
