@@ -12,11 +12,12 @@
 //  - generalKernel (any head dim): 4 warps take 32-key chunks in turn; in a chunk every
 //    lane owns one key's score (the warp splits the head dims), so the online softmax
 //    costs one exp per key, not per key and dim.
-// Decode has few query tokens, so the keys are split across blocks (flash-decoding) and
-// merged by a third kernel. The grid depends only on shapes (tokens, heads, block-table
-// width), never on the lengths in device memory, so a captured graph replays for any mix
-// of lengths; streamKernel divides each token's actual keys evenly over the splits, so a
-// short context in a wide table still spreads over many blocks.
+// Decode has few query tokens, so the keys are split across blocks (flash-decoding). The
+// grid depends only on shapes (tokens, heads, block-table width), never on the lengths in
+// device memory, so a captured graph replays for any mix of lengths; streamKernel divides
+// each token's actual keys evenly over the splits (a short context in a wide table still
+// spreads over blocks, and splits past its keys exit), and the last of a token's splits to
+// finish merges them. generalKernel's splits are fixed ranges, merged by combineKernel.
 #include <cmath>
 
 #include "common.cuh"
