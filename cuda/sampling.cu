@@ -200,9 +200,58 @@ __device__ uint64_t rowMaxKey(const T* x, int64_t vocab, uint64_t below, uint64_
 }
 
 // partMax[row * gridDim.y + slice]: the largest key of one slice of the row.
+// A small top-k (the usual 20-50) is served from candidates: each slice block also keeps
+// its own k largest keys, so the row's block selects among at most slices * kSliceTopK
+// keys instead of scanning the whole vocabulary eight times.
+constexpr int kSliceTopK = 64;     // the largest k served this way
+constexpr int kSliceElems = 4096;  // the largest slice a block holds in shared memory
+
+__host__ __device__ inline bool slicedTopK(int32_t topK, int64_t vocab, int slices) {
+  return topK > 1 && topK <= kSliceTopK && (vocab + slices - 1) / slices <= kSliceElems;
+}
+
+// The k-th largest of keys[0, count) (distinct, apart from 0s that stand for nothing), by
+// the whole block: a radix descent over 8-bit digits with a shared histogram.
+struct KthShared {
+  unsigned hist[256];
+  uint64_t prefix;
+  int remaining;
+};
+__device__ uint64_t blockKth(const uint64_t* keys, int count, int k, KthShared& sh) {
+  uint64_t prefix = 0;
+  int remaining = k;
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < 256; b += blockDim.x) sh.hist[b] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < count; i += blockDim.x) {
+      uint64_t key = keys[i];
+      if (shift == 56 || (key >> (shift + 8)) == (prefix >> (shift + 8))) atomicAdd(&sh.hist[(key >> shift) & 255], 1u);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int b = 255, before = 0;  // keys in play above bucket b
+      while (b > 0 && before + int(sh.hist[b]) < remaining) before += sh.hist[b--];
+      sh.prefix = prefix | (uint64_t(b) << shift);
+      sh.remaining = remaining - before;
+    }
+    __syncthreads();
+    prefix = sh.prefix;
+    remaining = sh.remaining;
+    __syncthreads();  // everyone has read them before thread 0 writes the next
+  }
+  return prefix;
+}
+
+// partMax[row * gridDim.y + slice]: the largest key of one slice of the row; and for a row
+// with a small top-k, cands[(row * gridDim.y + slice) * kSliceTopK ...]: the slice's k
+// largest keys, then 0s.
 template <typename T>
-__global__ __launch_bounds__(kThreads) void sliceMaxKernel(uint64_t* partMax, const T* logits, int64_t vocab) {
+__global__ __launch_bounds__(kThreads) void sliceKernel(uint64_t* partMax, uint64_t* cands, const T* logits,
+                                                        int64_t vocab, SamplingRows p) {
   __shared__ uint64_t maxShared[kWarps];
+  __shared__ uint64_t keys[kSliceElems];
+  __shared__ KthShared kth;
+  __shared__ int written;
   const int64_t r = blockIdx.x;
   const int64_t per = (vocab + gridDim.y - 1) / gridDim.y;
   const int64_t begin = blockIdx.y * per, end = min(vocab, begin + per);
@@ -211,6 +260,17 @@ __global__ __launch_bounds__(kThreads) void sliceMaxKernel(uint64_t* partMax, co
   for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) best = max(best, keyOf(toF(x[i]), i));
   best = blockMax(best, maxShared);
   if (threadIdx.x == 0) partMax[r * gridDim.y + blockIdx.y] = best;
+  const int32_t k = p.topK[r];
+  if (!(p.temperature[r] > 0 && slicedTopK(k, vocab, gridDim.y))) return;  // uniform over the block
+  uint64_t* out = cands + (r * gridDim.y + blockIdx.y) * kSliceTopK;
+  for (int i = threadIdx.x; i < kSliceTopK; i += kThreads) out[i] = 0;
+  const int count = int(max(int64_t(0), end - begin));
+  for (int i = threadIdx.x; i < count; i += kThreads) keys[i] = keyOf(toF(x[begin + i]), begin + i);
+  if (threadIdx.x == 0) written = 0;
+  __syncthreads();
+  const uint64_t least = count <= k ? 0 : blockKth(keys, count, k, kth);
+  for (int i = threadIdx.x; i < count; i += kThreads)
+    if (keys[i] >= least) out[atomicAdd(&written, 1)] = keys[i];
 }
 
 // Top-p's cut when it falls among the kCandidates largest kept tokens (the usual case: a
@@ -227,9 +287,11 @@ struct NucleusShared {
   uint64_t cut;
 };
 
+// cands (nc keys, 0s standing for nothing): where to gather from instead of the vocabulary
+// (a sliced top-k's candidates, which hold every kept token).
 template <typename T>
 __device__ uint64_t nucleusCut(const Row<T>& row, uint64_t minKey, int64_t kept, double topP, double total,
-                               SelectShared& sh, NucleusShared& nu) {
+                               const uint64_t* cands, int nc, SelectShared& sh, NucleusShared& nu) {
   // The candidates: every kept token, or the kCandidates largest.
   const uint64_t candMin = kept <= kCandidates ? minKey : selectKey(row, minKey, kCount, double(kCandidates), sh);
   for (int i = threadIdx.x; i < kCandidates; i += kThreads) nu.key[i] = 0;  // padding sorts last
@@ -238,9 +300,16 @@ __device__ uint64_t nucleusCut(const Row<T>& row, uint64_t minKey, int64_t kept,
     nu.cut = 0;
   }
   __syncthreads();
-  for (int64_t i = threadIdx.x; i < row.vocab; i += kThreads) {
-    uint64_t key = keyOf(toF(row.x[i]), i);
-    if (key >= candMin) nu.key[atomicAdd(&nu.count, 1)] = key;
+  if (cands) {
+    for (int i = threadIdx.x; i < nc; i += kThreads) {
+      uint64_t key = cands[i];
+      if (key != 0 && key >= candMin) nu.key[atomicAdd(&nu.count, 1)] = key;
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < row.vocab; i += kThreads) {
+      uint64_t key = keyOf(toF(row.x[i]), i);
+      if (key >= candMin) nu.key[atomicAdd(&nu.count, 1)] = key;
+    }
   }
   __syncthreads();
   // Bitonic sort, descending (keys are distinct: each holds its index).
@@ -285,9 +354,10 @@ constexpr uint64_t kDecided = UINT64_MAX;
 template <typename T>
 __global__ __launch_bounds__(kThreads) void keepKernel(int32_t* outIds, uint64_t* minKeys, const T* logits,
                                                        int64_t vocab, SamplingRows p, const uint64_t* partMax,
-                                                       int slices) {
+                                                       const uint64_t* cands, int slices) {
   __shared__ SelectShared sh;
   __shared__ NucleusShared nu;
+  __shared__ KthShared kth;
   __shared__ uint64_t maxShared[kWarps];
   __shared__ double sumShared[32];
   const int64_t r = blockIdx.x;
@@ -308,10 +378,22 @@ __global__ __launch_bounds__(kThreads) void keepKernel(int32_t* outIds, uint64_t
   row.maxScaled = double(toF(x[indexOf(best)])) / row.temperature;
   uint64_t minKey = 0;  // the kept tokens are those with key >= minKey
   int64_t keep = topK > 0 ? min(int64_t(topK), vocab) : vocab;
-  if (keep < vocab) minKey = selectKey(row, 0, kCount, double(keep), sh);
+  // A small top-k selects among the slices' candidates, which hold every kept token.
+  const bool sliced = slicedTopK(topK, vocab, slices);
+  const uint64_t* rowCands = sliced ? cands + r * slices * kSliceTopK : nullptr;
+  const int nc = slices * kSliceTopK;
+  if (keep < vocab) minKey = sliced ? blockKth(rowCands, nc, int(keep), kth) : selectKey(row, 0, kCount, double(keep), sh);
   if (topP < 1) {
-    double total = keptWeight(row, minKey, sumShared);
-    uint64_t cut = nucleusCut(row, minKey, keep, double(topP), total, sh, nu);
+    double total;
+    if (sliced) {
+      double s = 0;
+      for (int i = threadIdx.x; i < nc; i += kThreads)
+        if (rowCands[i] != 0 && rowCands[i] >= minKey) s += row.weight(toF(x[indexOf(rowCands[i])]));
+      total = blockSum(s, sumShared);
+    } else {
+      total = keptWeight(row, minKey, sumShared);
+    }
+    uint64_t cut = nucleusCut(row, minKey, keep, double(topP), total, rowCands, nc, sh, nu);
     minKey = cut != 0 ? cut : selectKey(row, minKey, kMassAtLeast, double(topP) * total, sh);
   }
   if (threadIdx.x == 0) minKeys[r] = minKey;
@@ -420,19 +502,21 @@ void sample(DType act, int32_t* outIds, const void* logits, int64_t n, int64_t v
   if (n == 0) return;
   const int slices = int(std::max<int64_t>(1, std::min<int64_t>(64, (vocab + 4095) / 4096)));
   const size_t parts = size_t(n) * slices;
-  Scratch scratch(parts * (sizeof(uint64_t) + sizeof(double) + sizeof(int32_t)) + size_t(n) * sizeof(uint64_t),
+  Scratch scratch(parts * (sizeof(uint64_t) * (1 + kSliceTopK) + sizeof(double) + sizeof(int32_t)) +
+                      size_t(n) * sizeof(uint64_t),
                   "sample scratch");
   uint64_t* partMax = scratch.as<uint64_t>();
-  double* leadScore = reinterpret_cast<double*>(partMax + parts);
+  uint64_t* cands = partMax + parts;
+  double* leadScore = reinterpret_cast<double*>(cands + parts * kSliceTopK);
   uint64_t* minKeys = reinterpret_cast<uint64_t*>(leadScore + parts);
   int32_t* leadId = reinterpret_cast<int32_t*>(minKeys + n);
   withAct(act, [&](auto t) {
     using T = decltype(t);
     const T* x = static_cast<const T*>(logits);
     const dim3 sliced{unsigned(n), unsigned(slices)};
-    sliceMaxKernel<T><<<sliced, kThreads, 0, stream()>>>(partMax, x, vocab);
-    checkLaunch("sample slice-max kernel");
-    keepKernel<T><<<unsigned(n), kThreads, 0, stream()>>>(outIds, minKeys, x, vocab, p, partMax, slices);
+    sliceKernel<T><<<sliced, kThreads, 0, stream()>>>(partMax, cands, x, vocab, p);
+    checkLaunch("sample slice kernel");
+    keepKernel<T><<<unsigned(n), kThreads, 0, stream()>>>(outIds, minKeys, x, vocab, p, partMax, cands, slices);
     checkLaunch("sample keep kernel");
     raceKernel<T><<<sliced, kThreads, 0, stream()>>>(leadScore, leadId, minKeys, x, vocab, p);
     checkLaunch("sample race kernel");
