@@ -228,11 +228,30 @@ __device__ uint64_t blockKth(const uint64_t* keys, int count, int k, KthShared& 
       if (shift == 56 || (key >> (shift + 8)) == (prefix >> (shift + 8))) atomicAdd(&sh.hist[(key >> shift) & 255], 1u);
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-      int b = 255, before = 0;  // keys in play above bucket b
-      while (b > 0 && before + int(sh.hist[b]) < remaining) before += sh.hist[b--];
-      sh.prefix = prefix | (uint64_t(b) << shift);
-      sh.remaining = remaining - before;
+    if (threadIdx.x < 32) {
+      // Walk the buckets from the top: lane j holds buckets 255 - 8j .. 248 - 8j; a scan over
+      // the lanes finds the one whose buckets hold the remaining-th key, and it looks inside.
+      const int lane = threadIdx.x;
+      int c[8], mine = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) mine += c[j] = int(sh.hist[255 - (lane * 8 + j)]);
+      int inclusive = mine;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        int v = __shfl_up_sync(0xffffffffu, inclusive, o);
+        if (lane >= o) inclusive += v;
+      }
+      const unsigned crossing = __ballot_sync(0xffffffffu, inclusive - mine < remaining && remaining <= inclusive);
+      if (lane == (crossing ? __ffs(crossing) - 1 : 31)) {
+        int before = inclusive - mine, b = 0;  // keys in play above bucket b
+        for (int j = 0; j < 8; ++j) {
+          b = 255 - (lane * 8 + j);
+          if (j == 7 || before + c[j] >= remaining) break;
+          before += c[j];
+        }
+        sh.prefix = prefix | (uint64_t(b) << shift);
+        sh.remaining = remaining - before;
+      }
     }
     __syncthreads();
     prefix = sh.prefix;
