@@ -212,6 +212,13 @@ constexpr int kSliceElems = 4096;  // the largest slice a block holds in shared 
 __host__ __device__ inline bool slicedTopK(int32_t topK, int64_t vocab, int slices) {
   return topK > 1 && topK <= kSliceTopK && (vocab + slices - 1) / slices <= kSliceElems;
 }
+// Top-p with no top-k below the vocabulary: the slices keep their kSliceTopK largest too, and
+// every token above the largest of their kSliceTopK-th keys is among those candidates — where
+// the nucleus ends above it (a language model's nucleus is usually small), the cut is found
+// there; otherwise the row falls back to the search over the vocabulary.
+__host__ __device__ inline bool slicedTopP(int32_t topK, float topP, int64_t vocab, int slices) {
+  return topP < 1 && (topK <= 0 || topK >= vocab) && (vocab + slices - 1) / slices <= kSliceElems;
+}
 
 // The k-th largest of keys[0, count) (distinct, apart from 0s that stand for nothing), by
 // the whole block: a radix descent over 8-bit digits with a shared histogram.
@@ -264,42 +271,60 @@ __device__ uint64_t blockKth(const uint64_t* keys, int count, int k, KthShared& 
   return prefix;
 }
 
-// partMax[row * gridDim.y + slice]: the largest key of one slice of the row; and for a row
-// with a small top-k, cands[(row * gridDim.y + slice) * kSliceTopK ...]: the slice's k
-// largest keys, then 0s.
+// For each (row, slice) at [row * gridDim.y + slice]: partMax, the slice's largest key; and
+// for a row served from candidates, cands[... * kSliceTopK ...]: the slice's k largest keys,
+// then 0s; partLeast: the k-th of them (0 where the slice holds no more than k); and for
+// top-p alone partSum: the slice's sum of e^(x/T - its max/T), in f64.
 template <typename T>
-__global__ __launch_bounds__(kThreads) void sliceKernel(uint64_t* partMax, uint64_t* cands, const T* logits,
-                                                        int64_t vocab, SamplingRows p) {
+__global__ __launch_bounds__(kThreads) void sliceKernel(uint64_t* partMax, uint64_t* cands, uint64_t* partLeast,
+                                                        double* partSum, const T* logits, int64_t vocab,
+                                                        SamplingRows p) {
   __shared__ uint64_t maxShared[kWarps];
+  __shared__ double sumShared[32];
   __shared__ uint64_t keys[kSliceElems];
   __shared__ KthShared kth;
   __shared__ int written;
   const int64_t r = blockIdx.x;
+  const int64_t at = r * gridDim.y + blockIdx.y;
   const int64_t per = (vocab + gridDim.y - 1) / gridDim.y;
   const int64_t begin = blockIdx.y * per, end = min(vocab, begin + per);
   const T* x = logits + r * vocab;
   uint64_t best = 0;
   for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) best = max(best, keyOf(toF(x[i]), i));
   best = blockMax(best, maxShared);
-  if (threadIdx.x == 0) partMax[r * gridDim.y + blockIdx.y] = best;
-  const int32_t k = p.topK[r];
-  if (!(p.temperature[r] > 0 && slicedTopK(k, vocab, gridDim.y))) return;  // uniform over the block
-  uint64_t* out = cands + (r * gridDim.y + blockIdx.y) * kSliceTopK;
-  for (int i = threadIdx.x; i < kSliceTopK; i += kThreads) out[i] = 0;
+  if (threadIdx.x == 0) partMax[at] = best;
+  const int32_t topK = p.topK[r];
+  const bool topPOnly = slicedTopP(topK, p.topP[r], vocab, gridDim.y);
+  if (!(p.temperature[r] > 0 && (slicedTopK(topK, vocab, gridDim.y) || topPOnly))) return;  // uniform over the block
+  const int k = topPOnly ? kSliceTopK : topK;
   const int count = int(max(int64_t(0), end - begin));
+  if (topPOnly) {
+    const double temperature = p.temperature[r];
+    const double top = count > 0 ? double(toF(x[indexOf(best)])) / temperature : -INFINITY;
+    double sum = 0;
+    if (top != -INFINITY)  // a slice of nothing but -inf weighs nothing
+      for (int i = threadIdx.x; i < count; i += kThreads) sum += exp(double(toF(x[begin + i])) / temperature - top);
+    sum = blockSum(sum, sumShared);
+    if (threadIdx.x == 0) partSum[at] = sum;
+  }
+  uint64_t* out = cands + at * kSliceTopK;
+  for (int i = threadIdx.x; i < kSliceTopK; i += kThreads) out[i] = 0;
   for (int i = threadIdx.x; i < count; i += kThreads) keys[i] = keyOf(toF(x[begin + i]), begin + i);
   if (threadIdx.x == 0) written = 0;
   __syncthreads();
   const uint64_t least = count <= k ? 0 : blockKth(keys, count, k, kth);
+  if (threadIdx.x == 0) partLeast[at] = least;
   for (int i = threadIdx.x; i < count; i += kThreads)
     if (keys[i] >= least) out[atomicAdd(&written, 1)] = keys[i];
 }
 
-// Top-p's cut when it falls among the kCandidates largest kept tokens (the usual case: a
-// nucleus is a small part of the vocabulary): those tokens are gathered, sorted in shared
-// memory, and walked in order by one thread summing weight / total in f64 exactly as the
-// CPU's loop does. Returns the crossing token's key, or 0 when the candidates' mass stays
-// below topP (then the caller falls back to the radix descent over the whole kept set).
+// Top-p's cut, found among candidates: the kept tokens with key >= candMin, which must be
+// all of the kept set's descending order down to candMin (gathered from cands, nc keys with
+// 0s standing for nothing, or from the vocabulary). They are sorted in shared memory and
+// walked by one thread summing weight / total in f64 exactly as the CPU's loop does.
+// Returns the crossing token's key; or, where the candidates are the whole kept set
+// (complete) and rounding leaves the sum short, a key that keeps them all; or 0 when the cut
+// is not among them (their mass is short of topP, or there are more than kCandidates).
 constexpr int kCandidates = 1024;
 
 struct NucleusShared {
@@ -309,31 +334,27 @@ struct NucleusShared {
   uint64_t cut;
 };
 
-// cands (nc keys, 0s standing for nothing): where to gather from instead of the vocabulary
-// (a sliced top-k's candidates, which hold every kept token).
 template <typename T>
-__device__ uint64_t nucleusCut(const Row<T>& row, uint64_t minKey, int64_t kept, double topP, double total,
-                               const uint64_t* cands, int nc, SelectShared& sh, NucleusShared& nu) {
-  // The candidates: every kept token, or the kCandidates largest.
-  const uint64_t candMin = kept <= kCandidates ? minKey : selectKey(row, minKey, kCount, double(kCandidates), sh);
+__device__ uint64_t nucleusCut(const Row<T>& row, uint64_t minKey, uint64_t candMin, bool complete, double topP,
+                               double total, const uint64_t* cands, int nc, NucleusShared& nu) {
   for (int i = threadIdx.x; i < kCandidates; i += kThreads) nu.key[i] = 0;  // padding sorts last
   if (threadIdx.x == 0) {
     nu.count = 0;
     nu.cut = 0;
   }
   __syncthreads();
+  auto gather = [&](uint64_t key) {
+    if (key == 0 || key < candMin) return;
+    int at = atomicAdd(&nu.count, 1);
+    if (at < kCandidates) nu.key[at] = key;
+  };
   if (cands) {
-    for (int i = threadIdx.x; i < nc; i += kThreads) {
-      uint64_t key = cands[i];
-      if (key != 0 && key >= candMin) nu.key[atomicAdd(&nu.count, 1)] = key;
-    }
+    for (int i = threadIdx.x; i < nc; i += kThreads) gather(cands[i]);
   } else {
-    for (int64_t i = threadIdx.x; i < row.vocab; i += kThreads) {
-      uint64_t key = keyOf(toF(row.x[i]), i);
-      if (key >= candMin) nu.key[atomicAdd(&nu.count, 1)] = key;
-    }
+    for (int64_t i = threadIdx.x; i < row.vocab; i += kThreads) gather(keyOf(toF(row.x[i]), i));
   }
   __syncthreads();
+  if (nu.count > kCandidates) return 0;  // uniform: too many to sort here
   // Bitonic sort, descending (keys are distinct: each holds its index).
   for (int k = 2; k <= kCandidates; k <<= 1) {
     for (int j = k >> 1; j > 0; j >>= 1) {
@@ -361,8 +382,7 @@ __device__ uint64_t nucleusCut(const Row<T>& row, uint64_t minKey, int64_t kept,
         break;
       }
     }
-    // Every kept token a candidate and the sum short of topP by rounding: the CPU keeps all.
-    if (nu.cut == 0 && count == kept) nu.cut = minKey == 0 ? 1 : minKey;
+    if (nu.cut == 0 && complete) nu.cut = minKey == 0 ? 1 : minKey;  // the CPU keeps them all
   }
   __syncthreads();
   return nu.cut;
@@ -376,7 +396,8 @@ constexpr uint64_t kDecided = UINT64_MAX;
 template <typename T>
 __global__ __launch_bounds__(kThreads) void keepKernel(int32_t* outIds, uint64_t* minKeys, const T* logits,
                                                        int64_t vocab, SamplingRows p, const uint64_t* partMax,
-                                                       const uint64_t* cands, int slices) {
+                                                       const uint64_t* cands, const uint64_t* partLeast,
+                                                       const double* partSum, int slices) {
   __shared__ SelectShared sh;
   __shared__ NucleusShared nu;
   __shared__ KthShared kth;
@@ -406,16 +427,35 @@ __global__ __launch_bounds__(kThreads) void keepKernel(int32_t* outIds, uint64_t
   const int nc = slices * kSliceTopK;
   if (keep < vocab) minKey = sliced ? blockKth(rowCands, nc, int(keep), kth) : selectKey(row, 0, kCount, double(keep), sh);
   if (topP < 1) {
+    uint64_t cut = 0;
     double total;
-    if (sliced) {
+    if (sliced) {  // every kept token is a candidate
       double s = 0;
       for (int i = threadIdx.x; i < nc; i += kThreads)
         if (rowCands[i] != 0 && rowCands[i] >= minKey) s += row.weight(toF(x[indexOf(rowCands[i])]));
       total = blockSum(s, sumShared);
-    } else {
-      total = keptWeight(row, minKey, sumShared);
+      cut = nucleusCut(row, minKey, minKey, true, double(topP), total, rowCands, nc, nu);
+    } else if (slicedTopP(topK, topP, vocab, slices)) {
+      // The slices' sums, rescaled to the row's max; the candidates are complete above the
+      // largest of the slices' least kept keys.
+      const uint64_t* least = partLeast + r * slices;
+      const double* sums = partSum + r * slices;
+      double s = 0;
+      uint64_t above = 0;
+      for (int i = threadIdx.x; i < slices; i += kThreads) {
+        const uint64_t top = partMax[r * slices + i];
+        if (top != 0) s += exp(double(toF(x[indexOf(top)])) / row.temperature - row.maxScaled) * sums[i];
+        above = max(above, least[i]);
+      }
+      total = blockSum(s, sumShared);
+      above = blockMax(above, maxShared);
+      cut = nucleusCut(row, minKey, above, above == 0, double(topP), total, cands + r * nc, nc, nu);
     }
-    uint64_t cut = nucleusCut(row, minKey, keep, double(topP), total, rowCands, nc, sh, nu);
+    if (cut == 0) {  // among the largest kCandidates of the whole kept set, else a radix descent
+      total = keptWeight(row, minKey, sumShared);
+      const uint64_t candMin = keep <= kCandidates ? minKey : selectKey(row, minKey, kCount, double(kCandidates), sh);
+      cut = nucleusCut(row, minKey, candMin, keep <= kCandidates, double(topP), total, nullptr, 0, nu);
+    }
     minKey = cut != 0 ? cut : selectKey(row, minKey, kMassAtLeast, double(topP) * total, sh);
   }
   if (threadIdx.x == 0) minKeys[r] = minKey;
@@ -524,21 +564,24 @@ void sample(DType act, int32_t* outIds, const void* logits, int64_t n, int64_t v
   if (n == 0) return;
   const int slices = int(std::max<int64_t>(1, std::min<int64_t>(64, (vocab + 4095) / 4096)));
   const size_t parts = size_t(n) * slices;
-  Scratch scratch(parts * (sizeof(uint64_t) * (1 + kSliceTopK) + sizeof(double) + sizeof(int32_t)) +
+  Scratch scratch(parts * (sizeof(uint64_t) * (2 + kSliceTopK) + 2 * sizeof(double) + sizeof(int32_t)) +
                       size_t(n) * sizeof(uint64_t),
                   "sample scratch");
   uint64_t* partMax = scratch.as<uint64_t>();
-  uint64_t* cands = partMax + parts;
-  double* leadScore = reinterpret_cast<double*>(cands + parts * kSliceTopK);
+  uint64_t* partLeast = partMax + parts;
+  uint64_t* cands = partLeast + parts;
+  double* partSum = reinterpret_cast<double*>(cands + parts * kSliceTopK);
+  double* leadScore = partSum + parts;
   uint64_t* minKeys = reinterpret_cast<uint64_t*>(leadScore + parts);
   int32_t* leadId = reinterpret_cast<int32_t*>(minKeys + n);
   withAct(act, [&](auto t) {
     using T = decltype(t);
     const T* x = static_cast<const T*>(logits);
     const dim3 sliced{unsigned(n), unsigned(slices)};
-    sliceKernel<T><<<sliced, kThreads, 0, stream()>>>(partMax, cands, x, vocab, p);
+    sliceKernel<T><<<sliced, kThreads, 0, stream()>>>(partMax, cands, partLeast, partSum, x, vocab, p);
     checkLaunch("sample slice kernel");
-    keepKernel<T><<<unsigned(n), kThreads, 0, stream()>>>(outIds, minKeys, x, vocab, p, partMax, cands, slices);
+    keepKernel<T><<<unsigned(n), kThreads, 0, stream()>>>(outIds, minKeys, x, vocab, p, partMax, cands, partLeast,
+                                                          partSum, slices);
     checkLaunch("sample keep kernel");
     raceKernel<T><<<sliced, kThreads, 0, stream()>>>(leadScore, leadId, minKeys, x, vocab, p);
     checkLaunch("sample race kernel");

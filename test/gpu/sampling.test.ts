@@ -73,6 +73,25 @@ describeGpu('cuda sampling', () => {
       }
     });
 
+    // A language model's logits are peaked: the nucleus is a few dozen tokens, found among the
+    // vocabulary slices' candidates; at top-p 0.99 it reaches past them and the search falls
+    // back to the whole vocabulary. Either way the GPU picks the CPU's token.
+    it.each([32000, 151936])('vocab %i, peaked logits, top-p alone: the same tokens as the CPU', (vocab) => {
+      const rng = new Rng(vocab + 7 + act.length);
+      const n = 40;
+      const logits = new Float32Array(n * vocab);
+      for (let r = 0; r < n; ++r) {
+        const rank = rng.shuffle(Array.from({ length: vocab }, (_, i) => i + 1));
+        for (let i = 0; i < vocab; ++i) logits[r * vocab + i] = 12 - 1.5 * Math.log(rank[i]);  // Zipf-like weights
+      }
+      const peaked = rounded(act, logits);
+      const d = Array.from({ length: n }, (_, r): Draw => ({
+        temperature: [0.7, 1, 1.3][r % 3], topK: r % 4 === 3 ? vocab : 0, topP: [0.5, 0.9, 0.95, 0.99][r % 4],
+        seed: rng.int(0, 1e9), step: rng.int(0, 5000),
+      }));
+      expect(sampleOn('cuda', act, peaked, d, vocab)).toEqual(sampleOn('cpu', act, peaked, d, vocab));
+    });
+
     it.each([[1, 0], [7, 1], [130, 5], [1000, 20], [151936, 20]])('logprobs, vocab %i, top %i', (vocab, k) => {
       const rng = new Rng(vocab * 3 + k);
       const n = 12;

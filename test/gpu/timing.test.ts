@@ -102,5 +102,15 @@ it.runIf(HAS_CUDA && process.env.MSTAR_GPU_TIMING === '1')('timings', () => {
     const s = time(() => addon.sample(ids, logits, ...args), 5);
     report(`sample ${n} x ${vocab}, ${name}`, s, '');
   }
+  // A language model's peaked logits (Zipf-like weights): top-p's nucleus is a few dozen tokens.
+  {
+    const rank = new Rng(8).shuffle(Array.from({ length: vocab }, (_, i) => i + 1));
+    const peaked = new Float32Array(n * vocab);
+    for (let r = 0; r < n; ++r) for (let i = 0; i < vocab; ++i) peaked[r * vocab + i] = 12 - 1.5 * Math.log(rank[(i + r * 977) % vocab]);
+    const x = onCuda('f32', [n, vocab], peaked);
+    const args = [onCuda('f32', [n], new Array(n).fill(1)), onCuda('i32', [n], new Array(n).fill(0)), onCuda('f32', [n], new Array(n).fill(0.9)),
+      onCuda('i64', [n], Array.from({ length: n }, (_, i) => i)), onCuda('i32', [n], new Array(n).fill(3))] as const;
+    report(`sample ${n} x ${vocab}, top-p 0.9, peaked logits`, time(() => addon.sample(ids, x, ...args), 5), '');
+  }
   console.log(`\n${lines.join('\n')}\n`);
 });
