@@ -449,7 +449,13 @@ __global__ __launch_bounds__(kThreads) void keepKernel(int32_t* outIds, uint64_t
       }
       total = blockSum(s, sumShared);
       above = blockMax(above, maxShared);
-      cut = nucleusCut(row, minKey, above, above == 0, double(topP), total, cands + r * nc, nc, nu);
+      // At most kCandidates of them are walked: the largest, which start the kept order too.
+      const uint64_t* rowAll = cands + r * nc;
+      int many = 0;
+      for (int i = threadIdx.x; i < nc; i += kThreads) many += rowAll[i] != 0 && rowAll[i] >= above;
+      many = blockSum(many, reinterpret_cast<int*>(sumShared));
+      const uint64_t candMin = many > kCandidates ? blockKth(rowAll, nc, kCandidates, kth) : above;
+      cut = nucleusCut(row, minKey, candMin, candMin == 0, double(topP), total, rowAll, nc, nu);
     }
     if (cut == 0) {  // among the largest kCandidates of the whole kept set, else a radix descent
       total = keptWeight(row, minKey, sumShared);
