@@ -19,6 +19,7 @@
 // spreads over blocks, and splits past its keys exit), and the last of a token's splits to
 // finish merges them. generalKernel's splits are fixed ranges, merged by combineKernel.
 #include <cmath>
+#include <mutex>
 
 #include "common.cuh"
 
@@ -408,7 +409,9 @@ __global__ void combineKernel(Args p, bool streamed) {
 // comes inside a capture, merges with combineKernel instead.
 constexpr size_t kTickets = size_t(1) << 20;
 int* tickets(size_t needed) {
+  static std::mutex mutex;
   static int* buffer = nullptr;
+  std::lock_guard<std::mutex> lock(mutex);
   if (!buffer && !capturing()) {
     buffer = static_cast<int*>(alloc(kTickets * sizeof(int)));
     memsetAsync(buffer, 0, kTickets * sizeof(int));
