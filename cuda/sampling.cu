@@ -9,11 +9,12 @@
 // On the GPU:
 //  1. many blocks find each row's largest logit over slices of the vocabulary (greedy needs
 //     nothing else; a 152K vocabulary is too long for one block to scan quickly), and for a
-//     top-k up to 64 each slice's k largest tokens;
+//     top-k up to 64, or top-p alone, each slice's k (or 64) largest tokens;
 //  2. one block per row answers greedy rows and, for top-k / top-p, finds the smallest kept
 //     key, over a 64-bit key that orders elements exactly like the CPU's sort (the logit's
-//     order-preserving bits, then the inverted index): a small top-k by selecting among the
-//     slices' candidates; otherwise by a radix descent over the vocabulary, each pass
+//     order-preserving bits, then the inverted index): a small top-k, and a top-p cut above
+//     the slices' bar, from the slices' candidates; otherwise by a radix descent over the
+//     vocabulary, each pass
 //     histogramming the next 8 bits of the elements in play (count, and for top-p the f64
 //     weight e^(x/T - max/T) the CPU uses) and picking the bucket where the running count
 //     or weight crosses the target; top-p's cut, where it lies among the 1024 largest kept
@@ -202,7 +203,6 @@ __device__ uint64_t rowMaxKey(const T* x, int64_t vocab, uint64_t below, uint64_
   return blockMax(best, shared);
 }
 
-// partMax[row * gridDim.y + slice]: the largest key of one slice of the row.
 // A small top-k (the usual 20-50) is served from candidates: each slice block also keeps
 // its own k largest keys, so the row's block selects among at most slices * kSliceTopK
 // keys instead of scanning the whole vocabulary eight times.
