@@ -14,11 +14,10 @@
 //     key, over a 64-bit key that orders elements exactly like the CPU's sort (the logit's
 //     order-preserving bits, then the inverted index): a small top-k, and a top-p cut above
 //     the slices' bar, from the slices' candidates; otherwise by a radix descent over the
-//     vocabulary, each pass
-//     histogramming the next 8 bits of the elements in play (count, and for top-p the f64
-//     weight e^(x/T - max/T) the CPU uses) and picking the bucket where the running count
-//     or weight crosses the target; top-p's cut, where it lies among the 1024 largest kept
-//     tokens, by walking them sorted as the CPU does;
+//     vocabulary, each pass histogramming the next 8 bits of the elements in play (count,
+//     and for top-p the f64 weight e^(x/T - max/T) the CPU uses) and picking the bucket
+//     where the running count or weight crosses the target; top-p's cut, where it lies
+//     among the 1024 largest kept tokens, by walking them sorted as the CPU does;
 //  3. many blocks run the race over slices, and one block per row takes the winner.
 // Top-p's weights are summed in another order than the CPU's walk, so a cut landing within
 // ~1e-16 of a boundary could go the other way; otherwise the choice is the CPU's.
