@@ -21,7 +21,7 @@ __global__ void siluMulKernel(T* out, const T* gateUp, int64_t n, int64_t inter)
 // their rank row, recomputing the values they need as siluMul stores them.
 template <typename T, typename A>
 __global__ void siluMulShrinkKernel(T* out, const T* gateUp, int64_t inter, T* t, const A* a, int64_t numSlots,
-                                    const int32_t* slotOfRow, int64_t rankRows, bool vec) {
+                                    const int32_t* slotOfRow, int64_t rankRows, bool vec, SlotRanks sr) {
   const int64_t row = blockIdx.x;
   const T* g = gateUp + row * 2 * inter;
   auto act = [&](int64_t i) {
@@ -30,7 +30,8 @@ __global__ void siluMulShrinkKernel(T* out, const T* gateUp, int64_t inter, T* t
   };
   const int64_t share = (inter + gridDim.y - 1) / gridDim.y, end = min(inter, (blockIdx.y + 1) * share);
   for (int64_t i = blockIdx.y * share + threadIdx.x; i < end; i += blockDim.x) out[row * inter + i] = fromF<T>(act(i));
-  if (blockIdx.y < rankRows) shrinkRowByBlock(t, a, numSlots, slotOfRow[row], row, blockIdx.y, rankRows, inter, vec, act);
+  if (blockIdx.y < rankRows)
+    shrinkRowByBlock(t, a, numSlots, slotOfRow[row], row, blockIdx.y, rankRows, inter, vec, sr, act);
 }
 
 template <typename T>
@@ -57,7 +58,7 @@ void siluMulShrink(DType act, void* out, const void* gateUp, int64_t n, int64_t 
   if (n * inter == 0) return;
   if (n > kFusedShrinkRows) {
     siluMul(act, out, gateUp, n, inter);
-    return loraShrink(act, lora.t, out, lora.a, lora.numSlots, lora.slotOfRow, n, inter, lora.rankRows);
+    return loraShrink(act, lora.t, out, lora.a, lora.numSlots, lora.slotOfRow, n, inter, lora.rankRows, lora.ranks);
   }
   const dim3 grid(unsigned(n), unsigned(std::max<int64_t>(1, lora.rankRows)));
   withAct(act, [&](auto t) {
@@ -67,7 +68,8 @@ void siluMulShrink(DType act, void* out, const void* gateUp, int64_t n, int64_t 
       const bool vec = rowsAligned16(lora.a.data, inter, sizeof(A));
       siluMulShrinkKernel<T, A><<<grid, 256, 0, stream()>>>(static_cast<T*>(out), static_cast<const T*>(gateUp), inter,
                                                             static_cast<T*>(lora.t), static_cast<const A*>(lora.a.data),
-                                                            lora.numSlots, lora.slotOfRow, lora.rankRows, vec);
+                                                            lora.numSlots, lora.slotOfRow, lora.rankRows, vec,
+                                                            lora.ranks);
     });
   });
   checkLaunch("siluMulShrink kernel");

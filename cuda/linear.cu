@@ -39,7 +39,8 @@ __device__ __forceinline__ void addExpand(float (&acc)[NR], const LoraExpandArgs
     const int32_t slot = e.slotOfRow[r];
     if (slot <= 0 || slot >= e.numSlots) continue;
     const int64_t bRow = (int64_t(slot) * outF + o) * e.rank;
-    for (int64_t k = lane; k < e.rank; k += 32)
+    const int64_t used = e.ranks.ranks ? min(e.rank, int64_t(e.ranks.ranks[int64_t(slot) * e.ranks.slices + s])) : e.rank;
+    for (int64_t k = lane; k < used; k += 32)
       acc[r] += toF(t[r * e.numSlices * e.rank + k]) * loadAny(e.b.data, e.b.dtype, bRow + k);
   }
 }
@@ -225,7 +226,7 @@ void linearExpand(DType act, void* out, const void* x, Weights w, const Weights*
   if (!accumulate) {
     linear(act, out, x, w, bias, n, in, outF);
     loraExpand(act, out, lora.t, lora.b, lora.numSlots, lora.slotOfRow, lora.sliceStarts, lora.numSlices, n, outF,
-               lora.rank);
+               lora.rank, lora.ranks);
     return;
   }
   // Accumulating, the adapter's delta joins the projection before the sum (added to a bf16
@@ -234,7 +235,7 @@ void linearExpand(DType act, void* out, const void* x, Weights w, const Weights*
   Scratch delta(size_t(n * outF) * dtypeSize(act), "linearExpand scratch");
   linear(act, delta.as<void>(), x, w, bias, n, in, outF);
   loraExpandAdd(act, out, delta.as<void>(), lora.t, lora.b, lora.numSlots, lora.slotOfRow, lora.sliceStarts,
-                lora.numSlices, n, outF, lora.rank);
+                lora.numSlices, n, outF, lora.rank, lora.ranks);
 }
 
 }  // namespace mstar::gpu

@@ -18,13 +18,13 @@ constexpr int kShrinkThreads = 256;
 // get zeros.
 template <typename T, typename A>
 __global__ void shrinkKernel(T* t, const T* x, const A* a, int64_t numSlots, const int32_t* slotOfRow, int64_t in,
-                             int64_t rankRows, bool vec, bool byBlock) {
+                             int64_t rankRows, bool vec, bool byBlock, SlotRanks sr) {
   const int64_t r = blockIdx.x;  // rows on x: y and z are limited to 65535
   const T* xr = x + r * in;
   auto xAt = [&](int64_t i) { return toF(xr[i]); };
-  if (byBlock) return shrinkRowByBlock(t, a, numSlots, slotOfRow[r], r, blockIdx.y, rankRows, in, vec, xAt);
+  if (byBlock) return shrinkRowByBlock(t, a, numSlots, slotOfRow[r], r, blockIdx.y, rankRows, in, vec, sr, xAt);
   const int64_t k = int64_t(blockIdx.y) * (blockDim.x / 32) + threadIdx.x / 32;
-  if (k < rankRows) shrinkRowByWarp(t, a, numSlots, slotOfRow[r], r, k, rankRows, in, vec, xAt);
+  if (k < rankRows) shrinkRowByWarp(t, a, numSlots, slotOfRow[r], r, k, rankRows, in, vec, sr, xAt);
 }
 
 // out[r, o] += t[r, slice(o)] · b[slot, o]: one thread per (row, output column). The
@@ -34,7 +34,7 @@ __global__ void shrinkKernel(T* t, const T* x, const A* a, int64_t numSlots, con
 // adapter, then the residual taking it), for every row, slot 0 included.
 template <typename T, typename W>
 __global__ void expandKernel(T* out, const T* delta, const T* t, const W* b, int64_t numSlots, const int32_t* slotOfRow,
-                             const int32_t* sliceStarts, int numSlices, int64_t outF, int64_t rank) {
+                             const int32_t* sliceStarts, int numSlices, int64_t outF, int64_t rank, SlotRanks sr) {
   extern __shared__ float tRow[];
   const int64_t r = blockIdx.x;
   const int32_t slot = slotOfRow[r];
@@ -51,7 +51,8 @@ __global__ void expandKernel(T* out, const T* delta, const T* t, const W* b, int
   if (on && s < numSlices) {
     const W* br = b + (int64_t(slot) * outF + o) * rank;
     const float* ts = tRow + int64_t(s) * rank;
-    for (int64_t k = 0; k < rank; ++k) acc += ts[k] * toF(br[k]);
+    const int64_t used = sr.ranks ? min(rank, int64_t(sr.ranks[int64_t(slot) * sr.slices + s])) : rank;
+    for (int64_t k = 0; k < used; ++k) acc += ts[k] * toF(br[k]);
   }
   T* dst = out + r * outF + o;
   if (delta) *dst = fromF<T>(toF(*dst) + toF(fromF<T>(toF(delta[r * outF + o]) + acc)));
@@ -94,7 +95,7 @@ unsigned strideGrid(int64_t n) { return unsigned(std::max<int64_t>(1, std::min<i
 }  // namespace
 
 void loraShrink(DType act, void* t, const void* x, Weights a, int64_t numSlots, const int32_t* slotOfRow, int64_t n,
-                int64_t in, int64_t rankRows) {
+                int64_t in, int64_t rankRows, SlotRanks ranks) {
   if (n == 0 || rankRows == 0) return;
   const bool byBlock = n <= kFusedShrinkRows;
   // Braces: with parentheses this line would declare a function.
@@ -106,7 +107,7 @@ void loraShrink(DType act, void* t, const void* x, Weights a, int64_t numSlots, 
       const bool vec = rowsAligned16(a.data, in, sizeof(W));
       shrinkKernel<T, W><<<grid, kShrinkThreads, 0, stream()>>>(static_cast<T*>(t), static_cast<const T*>(x),
                                                                       static_cast<const W*>(a.data), numSlots, slotOfRow,
-                                                                      in, rankRows, vec, byBlock);
+                                                                      in, rankRows, vec, byBlock, ranks);
     });
   });
   checkLaunch("loraShrink kernel");
@@ -114,7 +115,7 @@ void loraShrink(DType act, void* t, const void* x, Weights a, int64_t numSlots, 
 
 void loraExpandAdd(DType act, void* out, const void* delta, const void* t, Weights b, int64_t numSlots,
                    const int32_t* slotOfRow, const int32_t* sliceStarts, int64_t numSlices, int64_t n, int64_t outF,
-                   int64_t rank) {
+                   int64_t rank, SlotRanks ranks) {
   if (n == 0 || outF == 0) return;
   size_t shared = size_t(numSlices * rank) * sizeof(float);
   if (shared > 48 * 1024) throw Error("loraExpand: slices * rank = " + std::to_string(numSlices * rank) + " is above 12288");
@@ -125,15 +126,16 @@ void loraExpandAdd(DType act, void* out, const void* delta, const void* t, Weigh
       using W = decltype(wt);
       expandKernel<T, W><<<grid, 256, shared, stream()>>>(static_cast<T*>(out), static_cast<const T*>(delta),
                                                            static_cast<const T*>(t), static_cast<const W*>(b.data),
-                                                           numSlots, slotOfRow, sliceStarts, int(numSlices), outF, rank);
+                                                           numSlots, slotOfRow, sliceStarts, int(numSlices), outF, rank,
+                                                           ranks);
     });
   });
   checkLaunch("loraExpand kernel");
 }
 
 void loraExpand(DType act, void* out, const void* t, Weights b, int64_t numSlots, const int32_t* slotOfRow,
-                const int32_t* sliceStarts, int64_t numSlices, int64_t n, int64_t outF, int64_t rank) {
-  loraExpandAdd(act, out, nullptr, t, b, numSlots, slotOfRow, sliceStarts, numSlices, n, outF, rank);
+                const int32_t* sliceStarts, int64_t numSlices, int64_t n, int64_t outF, int64_t rank, SlotRanks ranks) {
+  loraExpandAdd(act, out, nullptr, t, b, numSlots, slotOfRow, sliceStarts, numSlices, n, outF, rank, ranks);
 }
 
 void copyRegion(void* dst, DType dt, int64_t dstCols, const void* src, DType st, int64_t rows, int64_t cols,

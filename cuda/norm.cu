@@ -49,7 +49,8 @@ __global__ void addRmsNormKernel(T* residual, const T* x, const W* w, T* out, in
 // their rank row, recomputing the normed values as rmsNorm stores them.
 template <typename T, typename W, typename A>
 __global__ void rmsNormShrinkKernel(T* out, const T* x, const W* w, int64_t dim, float eps, T* t, const A* a,
-                                    int64_t numSlots, const int32_t* slotOfRow, int64_t rankRows, bool vec) {
+                                    int64_t numSlots, const int32_t* slotOfRow, int64_t rankRows, bool vec,
+                                    SlotRanks sr) {
   __shared__ float partial[32];
   const int64_t row = blockIdx.x;
   const T* xr = x + row * dim;
@@ -63,7 +64,8 @@ __global__ void rmsNormShrinkKernel(T* out, const T* x, const W* w, int64_t dim,
   auto normed = [&](int64_t i) { return toF(fromF<T>(toF(w[i]) * (toF(xr[i]) * r))); };
   const int64_t share = (dim + gridDim.y - 1) / gridDim.y, end = min(dim, (blockIdx.y + 1) * share);
   for (int64_t i = blockIdx.y * share + threadIdx.x; i < end; i += blockDim.x) o[i] = fromF<T>(normed(i));
-  if (blockIdx.y < rankRows) shrinkRowByBlock(t, a, numSlots, slotOfRow[row], row, blockIdx.y, rankRows, dim, vec, normed);
+  if (blockIdx.y < rankRows)
+    shrinkRowByBlock(t, a, numSlots, slotOfRow[row], row, blockIdx.y, rankRows, dim, vec, sr, normed);
 }
 
 // One warp per (token, head) over the q heads then the k heads of fused qkv rows, in place.
@@ -120,7 +122,7 @@ void rmsNormShrink(DType act, void* out, const void* x, Weights w, int64_t rows,
   if (rows == 0) return;
   if (rows > kFusedShrinkRows) {
     rmsNorm(act, out, x, w, rows, dim, eps);
-    return loraShrink(act, lora.t, out, lora.a, lora.numSlots, lora.slotOfRow, rows, dim, lora.rankRows);
+    return loraShrink(act, lora.t, out, lora.a, lora.numSlots, lora.slotOfRow, rows, dim, lora.rankRows, lora.ranks);
   }
   const dim3 grid(unsigned(rows), unsigned(std::max<int64_t>(1, lora.rankRows)));
   withAct(act, [&](auto t) {
@@ -133,7 +135,7 @@ void rmsNormShrink(DType act, void* out, const void* x, Weights w, int64_t rows,
         rmsNormShrinkKernel<T, W, A><<<grid, kThreads, 0, stream()>>>(
             static_cast<T*>(out), static_cast<const T*>(x), static_cast<const W*>(w.data), dim, eps,
             static_cast<T*>(lora.t), static_cast<const A*>(lora.a.data), lora.numSlots, lora.slotOfRow, lora.rankRows,
-            vec);
+            vec, lora.ranks);
       });
     });
   });

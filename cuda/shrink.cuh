@@ -28,17 +28,25 @@ __device__ __forceinline__ float shrinkPart(const A* aRow, int64_t in, int part,
   return acc;
 }
 
+// Whether rank row k of `slot` is one the slot's adapter has (rows past its rank in a slice
+// are zero padding: not read).
+__device__ __forceinline__ bool hasRankRow(const SlotRanks& sr, int32_t slot, int64_t k, int64_t rankRows) {
+  if (!sr.ranks) return true;
+  const int64_t R = rankRows / sr.slices;
+  return k % R < sr.ranks[int64_t(slot) * sr.slices + k / R];
+}
+
 // Rank row k of row r into t (t[r, k] = x · a[slot, k]), by the whole block: warp w takes
 // every (blockDim / 32)-th run, and the warps' sums meet in shared memory. A small batch's
 // shrink is a few dozen such dot products: spread over whole blocks, each warp issues a
-// load or two instead of walking a 1-12K row alone. Slot 0, or a slot outside the table,
-// gives zeros. The whole block must call it.
+// load or two instead of walking a 1-12K row alone. Slot 0, a slot outside the table, or a
+// padding row gives zeros. The whole block must call it.
 template <typename T, typename A, typename F>
 __device__ void shrinkRowByBlock(T* t, const A* a, int64_t numSlots, int32_t slot, int64_t r, int64_t k,
-                                 int64_t rankRows, int64_t in, bool vec, F&& xAt) {
+                                 int64_t rankRows, int64_t in, bool vec, const SlotRanks& sr, F&& xAt) {
   __shared__ float partial[32];
   float acc = 0;
-  if (slot > 0 && slot < numSlots)
+  if (slot > 0 && slot < numSlots && hasRankRow(sr, slot, k, rankRows))
     acc = shrinkPart(a + (int64_t(slot) * rankRows + k) * in, in, threadIdx.x / 32, blockDim.x / 32, threadIdx.x % 32,
                      vec, xAt);
   acc = blockSum(acc, partial);
@@ -49,10 +57,10 @@ __device__ void shrinkRowByBlock(T* t, const A* a, int64_t numSlots, int32_t slo
 // block's warps share the row of x through L1.
 template <typename T, typename A, typename F>
 __device__ void shrinkRowByWarp(T* t, const A* a, int64_t numSlots, int32_t slot, int64_t r, int64_t k,
-                                int64_t rankRows, int64_t in, bool vec, F&& xAt) {
+                                int64_t rankRows, int64_t in, bool vec, const SlotRanks& sr, F&& xAt) {
   const int lane = threadIdx.x % 32;
   float acc = 0;
-  if (slot > 0 && slot < numSlots) acc = shrinkPart(a + (int64_t(slot) * rankRows + k) * in, in, 0, 1, lane, vec, xAt);
+  if (slot > 0 && slot < numSlots && hasRankRow(sr, slot, k, rankRows)) acc = shrinkPart(a + (int64_t(slot) * rankRows + k) * in, in, 0, 1, lane, vec, xAt);
   acc = warpSum(acc);
   if (lane == 0) t[r * rankRows + k] = fromF<T>(acc);
 }

@@ -25,6 +25,14 @@ struct KvCache {
   int64_t numBlocks, blockSize;
 };
 
+// Each slot's rank in each slice of a target, ranks[slot * slices + s] in device memory (the
+// pool pads every adapter to its largest rank R): rank rows past it are zeros, which the
+// kernels neither read nor multiply. ranks null: every slot uses all R.
+struct SlotRanks {
+  const int32_t* ranks;
+  int64_t slices;
+};
+
 void embedding(DType act, void* out, Weights table, int64_t tableRows, const int32_t* ids, int64_t n, int64_t dim);
 void rmsNorm(DType act, void* out, const void* x, Weights w, int64_t rows, int64_t dim, float eps);
 void addRmsNorm(DType act, void* residual, const void* x, Weights w, void* out, int64_t rows, int64_t dim, float eps);
@@ -53,13 +61,14 @@ void logprobs(DType act, float* chosenLp, int32_t* topIds, float* topLp, int64_t
 
 // a: [numSlots, rankRows, in]; b: [numSlots, outF, rank]. Grids depend on n and the sizes only.
 void loraShrink(DType act, void* t, const void* x, Weights a, int64_t numSlots, const int32_t* slotOfRow, int64_t n,
-                int64_t in, int64_t rankRows);
+                int64_t in, int64_t rankRows, SlotRanks ranks = {});
 void loraExpand(DType act, void* out, const void* t, Weights b, int64_t numSlots, const int32_t* slotOfRow,
-                const int32_t* sliceStarts, int64_t numSlices, int64_t n, int64_t outF, int64_t rank);
+                const int32_t* sliceStarts, int64_t numSlices, int64_t n, int64_t outF, int64_t rank,
+                SlotRanks ranks = {});
 // out += (delta + the expand), the inner sum rounded first, every row (slot 0: out += delta).
 void loraExpandAdd(DType act, void* out, const void* delta, const void* t, Weights b, int64_t numSlots,
                    const int32_t* slotOfRow, const int32_t* sliceStarts, int64_t numSlices, int64_t n, int64_t outF,
-                   int64_t rank);
+                   int64_t rank, SlotRanks ranks = {});
 // The LoRA operands of the fused ops: each row uses its slotOfRow slot (0 or out of range:
 // none). Shrink: t [n, rankRows] = x · a[slot]ᵀ. Expand: out += t[slice of the column] · b[slot]ᵀ.
 struct LoraShrinkArgs {
@@ -68,6 +77,7 @@ struct LoraShrinkArgs {
   int64_t numSlots;
   const int32_t* slotOfRow;
   int64_t rankRows;
+  SlotRanks ranks;
 };
 struct LoraExpandArgs {
   const void* t;
@@ -76,6 +86,7 @@ struct LoraExpandArgs {
   const int32_t* slotOfRow;
   const int32_t* sliceStarts;  // numSlices + 1 entries, in device memory
   int64_t numSlices, rank;
+  SlotRanks ranks;
 };
 // rmsNorm or siluMul, then the shrink of their output rows, in one launch.
 void rmsNormShrink(DType act, void* out, const void* x, Weights w, int64_t rows, int64_t dim, float eps,

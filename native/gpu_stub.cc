@@ -63,13 +63,15 @@ void pagedAttention(DType, void*, const void*, KvCache, const int32_t*, int64_t,
 }
 void sample(DType, int32_t*, const void*, int64_t, int64_t, SamplingRows) { none(); }
 void logprobs(DType, float*, int32_t*, float*, int64_t, const void*, const int32_t*, int64_t, int64_t) { none(); }
-void loraShrink(DType, void*, const void*, Weights, int64_t, const int32_t*, int64_t, int64_t, int64_t) { none(); }
+void loraShrink(DType, void*, const void*, Weights, int64_t, const int32_t*, int64_t, int64_t, int64_t, SlotRanks) {
+  none();
+}
 void loraExpand(DType, void*, const void*, Weights, int64_t, const int32_t*, const int32_t*, int64_t, int64_t, int64_t,
-                int64_t) {
+                int64_t, SlotRanks) {
   none();
 }
 void loraExpandAdd(DType, void*, const void*, const void*, Weights, int64_t, const int32_t*, const int32_t*, int64_t, int64_t,
-                   int64_t, int64_t) {
+                   int64_t, int64_t, SlotRanks) {
   none();
 }
 void rmsNormShrink(DType, void*, const void*, Weights, int64_t, int64_t, float, LoraShrinkArgs) { none(); }

@@ -12,20 +12,34 @@
 namespace mstar {
 namespace {
 
+// A shrink's slotRanks [slots, slices]: the slices come from its shape (a's rank rows must
+// split evenly into them).
+gpu::SlotRanks shrinkRanks(const OpArgs& a, const Tensor* ranks, const Tensor& w) {
+  if (!ranks) return {};
+  const int64_t slices = ranks->rank() == 2 ? ranks->dim(1) : 0;
+  a.expect(slices > 0 && w.dim(1) % slices == 0, "slotRanks " + ranks->describe() + " must be [slots, slices] with the " +
+                                                     std::to_string(w.dim(1)) + " rank rows of a split evenly over its slices");
+  return {expectSlotRanks(a, ranks, w.dim(0), slices, w.dim(1) / slices), slices};
+}
+
 // loraShrink(t [n, S*R], x [n, in], a [slots, S*R, in], slotOfRow [n])
 Napi::Value LoraShrink(const Napi::CallbackInfo& info) {
   OpArgs a(info, "loraShrink");
   Tensor &t = a.tensor(0, "t"), &x = a.tensor(1, "x"), &w = a.tensor(2, "a"), &slots = a.tensor(3, "slotOfRow");
+  Tensor* ranks = a.optionalTensor(4, "slotRanks");
   bool cuda = a.oneDevice();
   expectShrink(a, t, x, "x", w, slots);
+  const gpu::SlotRanks sr = shrinkRanks(a, ranks, w);
   DType act = x.dtype();
   if (cuda) {
     a.run([&] {
-      gpu::loraShrink(act, t.data(), x.data(), a.weights(w), w.dim(0), slots.ptr<int32_t>(), x.dim(0), x.dim(1), w.dim(1));
+      gpu::loraShrink(act, t.data(), x.data(), a.weights(w), w.dim(0), slots.ptr<int32_t>(), x.dim(0), x.dim(1), w.dim(1),
+                      sr);
     });
     return info.Env().Undefined();
   }
-  cpu::loraShrink(t.ptr<float>(), x.ptr<float>(), a.weights(w), slots.ptr<int32_t>(), x.dim(0), x.dim(1), w.dim(1));
+  cpu::loraShrink(t.ptr<float>(), x.ptr<float>(), a.weights(w), slots.ptr<int32_t>(), x.dim(0), x.dim(1), w.dim(1),
+                  sr.ranks, sr.ranks ? sr.slices : 1);
   return info.Env().Undefined();
 }
 
@@ -34,19 +48,21 @@ Napi::Value LoraExpand(const Napi::CallbackInfo& info) {
   OpArgs a(info, "loraExpand");
   Tensor &out = a.tensor(0, "out"), &t = a.tensor(1, "t"), &w = a.tensor(2, "b");
   Tensor &slots = a.tensor(3, "slotOfRow"), &starts = a.tensor(4, "sliceStarts");
+  Tensor* ranks = a.optionalTensor(5, "slotRanks");
   bool cuda = a.oneDevice();
   int64_t numSlices = expectExpand(a, out, t, w, slots, starts);
+  const int32_t* sr = expectSlotRanks(a, ranks, w.dim(0), numSlices, w.dim(2));
   DType act = out.dtype();
   const int32_t* st = starts.ptr<int32_t>();
   if (cuda) {
     a.run([&] {
       gpu::loraExpand(act, out.data(), t.data(), a.weights(w), w.dim(0), slots.ptr<int32_t>(), st, numSlices,
-                      out.dim(0), out.dim(1), w.dim(2));
+                      out.dim(0), out.dim(1), w.dim(2), {sr, numSlices});
     });
     return info.Env().Undefined();
   }
   cpu::loraExpand(out.ptr<float>(), t.ptr<float>(), a.weights(w), slots.ptr<int32_t>(), st, numSlices, out.dim(0),
-                  out.dim(1), w.dim(2));
+                  out.dim(1), w.dim(2), sr);
   return info.Env().Undefined();
 }
 
@@ -57,19 +73,22 @@ Napi::Value RmsNormShrink(const Napi::CallbackInfo& info) {
   Tensor &out = a.tensor(0, "out"), &x = a.tensor(1, "x"), &w = a.tensor(2, "w");
   float eps = float(a.number(3, "eps"));
   Tensor &t = a.tensor(4, "t"), &la = a.tensor(5, "a"), &slots = a.tensor(6, "slotOfRow");
+  Tensor* ranks = a.optionalTensor(7, "slotRanks");
   bool cuda = a.oneDevice();
   DType act = expectRmsNorm(a, out, x, w);
   expectShrink(a, t, out, "out", la, slots);
+  const gpu::SlotRanks sr = shrinkRanks(a, ranks, la);
   const int64_t rows = out.dim(0), dim = w.dim(0);
   if (cuda) {
     a.run([&] {
       gpu::rmsNormShrink(act, out.data(), x.data(), a.weights(w), rows, dim, eps,
-                         {t.data(), a.weights(la), la.dim(0), slots.ptr<int32_t>(), la.dim(1)});
+                         {t.data(), a.weights(la), la.dim(0), slots.ptr<int32_t>(), la.dim(1), sr});
     });
     return info.Env().Undefined();
   }
   cpu::rmsNorm(out.ptr<float>(), x.ptr<float>(), a.weights(w), rows, dim, eps);
-  cpu::loraShrink(t.ptr<float>(), out.ptr<float>(), a.weights(la), slots.ptr<int32_t>(), rows, dim, la.dim(1));
+  cpu::loraShrink(t.ptr<float>(), out.ptr<float>(), a.weights(la), slots.ptr<int32_t>(), rows, dim, la.dim(1), sr.ranks,
+                  sr.ranks ? sr.slices : 1);
   return info.Env().Undefined();
 }
 
@@ -79,19 +98,22 @@ Napi::Value SiluMulShrink(const Napi::CallbackInfo& info) {
   OpArgs a(info, "siluMulShrink");
   Tensor &out = a.tensor(0, "out"), &gu = a.tensor(1, "gateUp");
   Tensor &t = a.tensor(2, "t"), &la = a.tensor(3, "a"), &slots = a.tensor(4, "slotOfRow");
+  Tensor* ranks = a.optionalTensor(5, "slotRanks");
   bool cuda = a.oneDevice();
   DType act = expectSiluMul(a, out, gu);
   expectShrink(a, t, out, "out", la, slots);
+  const gpu::SlotRanks sr = shrinkRanks(a, ranks, la);
   const int64_t n = out.dim(0), inter = out.dim(1);
   if (cuda) {
     a.run([&] {
       gpu::siluMulShrink(act, out.data(), gu.data(), n, inter,
-                         {t.data(), a.weights(la), la.dim(0), slots.ptr<int32_t>(), la.dim(1)});
+                         {t.data(), a.weights(la), la.dim(0), slots.ptr<int32_t>(), la.dim(1), sr});
     });
     return info.Env().Undefined();
   }
   cpu::siluMul(out.ptr<float>(), gu.ptr<float>(), n, inter);
-  cpu::loraShrink(t.ptr<float>(), out.ptr<float>(), a.weights(la), slots.ptr<int32_t>(), n, inter, la.dim(1));
+  cpu::loraShrink(t.ptr<float>(), out.ptr<float>(), a.weights(la), slots.ptr<int32_t>(), n, inter, la.dim(1), sr.ranks,
+                  sr.ranks ? sr.slices : 1);
   return info.Env().Undefined();
 }
 
@@ -103,16 +125,19 @@ Napi::Value LinearExpand(const Napi::CallbackInfo& info) {
   Tensor* bias = a.optionalTensor(3, "bias");
   Tensor &t = a.tensor(4, "t"), &lb = a.tensor(5, "b"), &slots = a.tensor(6, "slotOfRow"), &starts = a.tensor(7, "sliceStarts");
   const bool accumulate = a.flag(8);
+  Tensor* ranks = a.optionalTensor(9, "slotRanks");
   bool cuda = a.oneDevice();
   cpu::Weights bw{};
   DType act = expectLinear(a, out, x, w, bias, &bw);
   int64_t numSlices = expectExpand(a, out, t, lb, slots, starts);
+  const int32_t* sr = expectSlotRanks(a, ranks, lb.dim(0), numSlices, lb.dim(2));
   const int64_t n = x.dim(0), in = x.dim(1), outF = w.dim(0);
   const int32_t* st = starts.ptr<int32_t>();
   if (cuda) {
     a.run([&] {
       gpu::linearExpand(act, out.data(), x.data(), a.weights(w), bias ? &bw : nullptr, n, in, outF,
-                        {t.data(), a.weights(lb), lb.dim(0), slots.ptr<int32_t>(), st, numSlices, lb.dim(2)}, accumulate);
+                        {t.data(), a.weights(lb), lb.dim(0), slots.ptr<int32_t>(), st, numSlices, lb.dim(2), {sr, numSlices}},
+                        accumulate);
     });
     return info.Env().Undefined();
   }
@@ -121,7 +146,7 @@ Napi::Value LinearExpand(const Napi::CallbackInfo& info) {
   std::vector<float> delta(accumulate ? size_t(n * outF) : 0);
   float* y = accumulate ? delta.data() : out.ptr<float>();
   cpu::linear(y, x.ptr<float>(), a.weights(w), bias ? &bw : nullptr, n, in, outF);
-  cpu::loraExpand(y, t.ptr<float>(), a.weights(lb), slots.ptr<int32_t>(), st, numSlices, n, outF, lb.dim(2));
+  cpu::loraExpand(y, t.ptr<float>(), a.weights(lb), slots.ptr<int32_t>(), st, numSlices, n, outF, lb.dim(2), sr);
   if (accumulate) cpu::add(out.ptr<float>(), out.ptr<float>(), y, n * outF);
   return info.Env().Undefined();
 }

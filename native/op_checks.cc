@@ -101,4 +101,17 @@ int64_t expectExpand(OpArgs& a, const Tensor& out, const Tensor& t, const Tensor
   return numSlices;
 }
 
+const int32_t* expectSlotRanks(const OpArgs& a, const Tensor* ranks, int64_t numSlots, int64_t slices, int64_t maxRank) {
+  if (!ranks) return nullptr;
+  a.expectDType(*ranks, DType::I32, "slotRanks");
+  a.expectShape(*ranks, {numSlots, slices}, "slotRanks ([slots, slices])");
+  if (ranks->device() == Device::CPU) {
+    const int32_t* p = ranks->ptr<int32_t>();
+    for (int64_t i = 0; i < ranks->numel(); ++i)
+      a.expect(p[i] >= 0 && p[i] <= maxRank, "slotRanks[" + std::to_string(i) + "] = " + std::to_string(p[i]) +
+                                                 " is outside [0, " + std::to_string(maxRank) + "]");
+  }
+  return ranks->ptr<int32_t>();
+}
+
 }  // namespace mstar

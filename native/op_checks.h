@@ -31,4 +31,8 @@ void expectShrink(OpArgs& a, const Tensor& t, const Tensor& x, const char* xName
 int64_t expectExpand(OpArgs& a, const Tensor& out, const Tensor& t, const Tensor& w, const Tensor& slots,
                      const Tensor& starts);
 
+// slotRanks (optional): i32 [numSlots, slices], each slot's rank per slice, at most maxRank
+// (checked on the CPU). Returns its data, or null when absent.
+const int32_t* expectSlotRanks(const OpArgs& a, const Tensor* ranks, int64_t numSlots, int64_t slices, int64_t maxRank);
+
 }  // namespace mstar

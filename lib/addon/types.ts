@@ -114,18 +114,22 @@ export interface Binding {
   sample(outIds: Tensor, logits: Tensor, temperature: Tensor, topK: Tensor, topP: Tensor, seeds: Tensor, steps: Tensor): void;
   logprobs(chosenLogprobs: Tensor, topIds: Tensor, topLogprobs: Tensor, logits: Tensor, chosen: Tensor): void;
 
-  /** t[n, S*R] = per row, x · A[slotOfRow]ᵀ; rows of slot 0 get zeros. a: [slots, S*R, in]. */
-  loraShrink(t: Tensor, x: Tensor, a: Tensor, slotOfRow: Tensor): void;
+  /**
+   * t[n, S*R] = per row, x · A[slotOfRow]ᵀ; rows of slot 0 get zeros. a: [slots, S*R, in].
+   * slotRanks (every LoRA op): i32 [slots, S], each slot's rank per slice; rank rows past it
+   * are zero padding, neither read nor multiplied.
+   */
+  loraShrink(t: Tensor, x: Tensor, a: Tensor, slotOfRow: Tensor, slotRanks?: Tensor): void;
   /** out[n, outF] += per row, t(slice of each output row) · B[slotOfRow]ᵀ. b: [slots, outF, R]. */
-  loraExpand(out: Tensor, t: Tensor, b: Tensor, slotOfRow: Tensor, sliceStarts: Tensor): void;
+  loraExpand(out: Tensor, t: Tensor, b: Tensor, slotOfRow: Tensor, sliceStarts: Tensor, slotRanks?: Tensor): void;
   /** rmsNorm, then loraShrink(t, out, a, slotOfRow): one launch on CUDA. */
-  rmsNormShrink(out: Tensor, x: Tensor, w: Tensor, eps: number, t: Tensor, a: Tensor, slotOfRow: Tensor): void;
+  rmsNormShrink(out: Tensor, x: Tensor, w: Tensor, eps: number, t: Tensor, a: Tensor, slotOfRow: Tensor, slotRanks?: Tensor): void;
   /** siluMul, then loraShrink(t, out, a, slotOfRow): one launch on CUDA. */
-  siluMulShrink(out: Tensor, gateUp: Tensor, t: Tensor, a: Tensor, slotOfRow: Tensor): void;
+  siluMulShrink(out: Tensor, gateUp: Tensor, t: Tensor, a: Tensor, slotOfRow: Tensor, slotRanks?: Tensor): void;
   /** linear (with accumulate: out +=), then loraExpand(out, t, b, slotOfRow, sliceStarts): for decode batches one launch on CUDA. */
   linearExpand(
     out: Tensor, x: Tensor, w: Tensor, bias: Tensor | null, t: Tensor, b: Tensor, slotOfRow: Tensor, sliceStarts: Tensor,
-    accumulate?: boolean,
+    accumulate?: boolean, slotRanks?: Tensor,
   ): void;
   /** dst[rowOffset.., colOffset..] = scale * src (or srcᵀ); both 2-D float tensors. */
   copyRegion(dst: Tensor, src: Tensor, rowOffset: number, colOffset: number, scale: number, transpose: boolean): void;

@@ -1,7 +1,8 @@
 // The pool's device-side storage: for every LoRA target weight, A and B stacked over slots.
 // Linear targets: a [slots, slices * R, in], b [slots, out, R]. Embedding: a holds Aᵀ as
 // [slots, vocab, R] so a row gather does the shrink. Scales are folded into b at load; ranks
-// below R are zero-padded, which adds nothing to the result.
+// below R are zero-padded, and `ranks` tells the kernels each slot's rank per slice, so the
+// padding is neither read nor multiplied.
 import { addon, type Tensor } from '../addon/index.js';
 import type { ModelConfig } from '../checkpoint/config.js';
 import { rulesFor } from '../checkpoint/families/index.js';
@@ -18,6 +19,9 @@ export interface LoraTarget {
   sliceStarts: Tensor;
   a: Tensor;
   b: Tensor;
+  /** i32 [slots, slices]: each slot's rank in each slice (0: nothing there), and its host copy. */
+  ranks: Tensor;
+  hostRanks: Int32Array;
 }
 
 export class SlotWeights {
@@ -35,11 +39,14 @@ export class SlotWeights {
       const [rows, cols] = w.shape;
       const offsets = w.parts.map((p) => p.rowOffset);
       const out = embedding ? cols : rows;
+      const slices = embedding ? 1 : offsets.length;
       this.targets.set(w.name, {
         name: w.name, embedding, sliceOffsets: offsets,
         sliceStarts: addon.fromArray('i32', [offsets.length + 1], Int32Array.from([...offsets, rows]), device),
         a: addon.zeros(act, embedding ? [numSlots, rows, rank] : [numSlots, offsets.length * rank, cols], device),
         b: addon.zeros(act, [numSlots, out, rank], device),
+        ranks: addon.zeros('i32', [numSlots, slices], device),
+        hostRanks: new Int32Array(numSlots * slices),
       });
       if (embedding) {
         // An embedding's delta covers the whole hidden vector: one slice.
@@ -52,6 +59,7 @@ export class SlotWeights {
   /** Copies an adapter into a slot (everything it does not target is zero). */
   load(slot: number, host: HostAdapter): void {
     this.clear(slot);
+    const loaded = new Set<LoraTarget>();
     const device = this.placement.device;
     for (const { module: m, a: hostA, b: hostB } of host.modules) {
       // The host cache stays in host memory; each load copies it over (a no-op view on the CPU).
@@ -59,19 +67,24 @@ export class SlotWeights {
       const b = device === 'cpu' ? hostB : hostB.to(device);
       const t = this.targets.get(m.location.engine)!;
       const aSlot = slice(t.a, slot), bSlot = slice(t.b, slot);
+      const slices = t.ranks.shape[1];
       if (t.embedding) {
         addon.copyRegion(aSlot, a, 0, 0, 1, true);
         addon.copyRegion(bSlot, b, 0, 0, m.scale, false);
+        t.hostRanks[slot * slices] = a.shape[0];
       } else {
         const j = t.sliceOffsets.indexOf(m.location.rowOffset);
         addon.copyRegion(aSlot, a, j * this.rank, 0, 1, false);
         addon.copyRegion(bSlot, b, m.location.rowOffset, 0, m.scale, false);
+        t.hostRanks[slot * slices + j] = a.shape[0];
       }
+      loaded.add(t);
       aSlot.dispose();
       bSlot.dispose();
       if (a !== hostA) a.dispose();
       if (b !== hostB) b.dispose();
     }
+    for (const t of loaded) t.ranks.copyFrom(t.hostRanks);
   }
 
   clear(slot: number): void {
@@ -81,11 +94,14 @@ export class SlotWeights {
         addon.fill(s, 0);
         s.dispose();
       }
+      const slices = t.ranks.shape[1];
+      t.hostRanks.fill(0, slot * slices, (slot + 1) * slices);
+      t.ranks.copyFrom(t.hostRanks);
     }
   }
 
   dispose(): void {
-    for (const t of this.targets.values()) [t.a, t.b, t.sliceStarts].forEach((x) => x.dispose());
+    for (const t of this.targets.values()) [t.a, t.b, t.sliceStarts, t.ranks].forEach((x) => x.dispose());
   }
 }
 

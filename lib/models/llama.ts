@@ -81,7 +81,7 @@ export class LlamaModel {
         return undefined;
       }
       const s = shrunk(t, n);
-      addon.rmsNormShrink(x, residual, this.w(weight), c.rmsNormEps, s, t.a, lora.plan.rowSlots);
+      addon.rmsNormShrink(x, residual, this.w(weight), c.rmsNormEps, s, t.a, lora.plan.rowSlots, t.ranks);
       return s;
     };
     /** act = SiLU(gate) · up: with the shrink of act for `next` when it is adapted, made where act is made. */
@@ -92,7 +92,7 @@ export class LlamaModel {
         return undefined;
       }
       const s = shrunk(t, n);
-      addon.siluMulShrink(act, gateUp, s, t.a, lora.plan.rowSlots);
+      addon.siluMulShrink(act, gateUp, s, t.a, lora.plan.rowSlots, t.ranks);
       return s;
     };
     /**
@@ -109,9 +109,9 @@ export class LlamaModel {
       let s = o.s;
       if (!s) {
         s = shrunk(t, input.shape[0]);
-        addon.loraShrink(s, input, t.a, slots);
+        addon.loraShrink(s, input, t.a, slots, t.ranks);
       }
-      addon.linearExpand(out, input, this.w(name), this.bias(name), s, t.b, slots, t.sliceStarts, o.accumulate);
+      addon.linearExpand(out, input, this.w(name), this.bias(name), s, t.b, slots, t.sliceStarts, o.accumulate, t.ranks);
       s.dispose();
     };
     for (let l = 0; l < c.numLayers; l++) {
@@ -138,7 +138,7 @@ export class LlamaModel {
     const table = t.a.view([slots * vocab, rank]);
     const shrunk = buffer('lora', plan.embedRows.shape[0], rank);
     addon.gatherRows(shrunk, table, plan.embedRows);
-    addon.loraExpand(residual, shrunk, t.b, plan.rowSlots, t.sliceStarts);
+    addon.loraExpand(residual, shrunk, t.b, plan.rowSlots, t.sliceStarts, t.ranks);
     shrunk.dispose();
     table.dispose();
   }

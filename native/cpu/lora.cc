@@ -10,12 +10,13 @@
 namespace mstar::cpu {
 
 void loraShrink(float* t, const float* x, Weights a, const int32_t* slotOfRow, int64_t n, int64_t in,
-                int64_t rankRows) {
+                int64_t rankRows, const int32_t* slotRanks, int64_t slices) {
+  const int64_t R = rankRows / slices;
   parallelFor(n * rankRows, 64, [&](int64_t b, int64_t e) {
     for (int64_t j = b; j < e; ++j) {
       int64_t r = j / rankRows, k = j % rankRows;
       int32_t slot = slotOfRow[r];
-      if (slot == 0) {
+      if (slot == 0 || (slotRanks && k % R >= slotRanks[slot * slices + k / R])) {
         t[j] = 0;
         continue;
       }
@@ -28,17 +29,18 @@ void loraShrink(float* t, const float* x, Weights a, const int32_t* slotOfRow, i
 }
 
 void loraExpand(float* out, const float* t, Weights b, const int32_t* slotOfRow, const int32_t* sliceStarts,
-                int64_t numSlices, int64_t n, int64_t outF, int64_t rank) {
+                int64_t numSlices, int64_t n, int64_t outF, int64_t rank, const int32_t* slotRanks) {
   parallelFor(n, 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       int32_t slot = slotOfRow[r];
       if (slot == 0) continue;
       for (int64_t s = 0; s < numSlices; ++s) {
         const float* ts = t + (r * numSlices + s) * rank;
+        const int64_t used = slotRanks ? slotRanks[slot * numSlices + s] : rank;
         for (int64_t o = sliceStarts[s]; o < sliceStarts[s + 1]; ++o) {
           size_t row = (size_t(slot) * size_t(outF) + size_t(o)) * size_t(rank);
           float acc = 0;
-          for (int64_t k = 0; k < rank; ++k) acc += ts[k] * loadFloat(b.data, b.dtype, row + size_t(k));
+          for (int64_t k = 0; k < used; ++k) acc += ts[k] * loadFloat(b.data, b.dtype, row + size_t(k));
           out[r * outF + o] += acc;
         }
       }

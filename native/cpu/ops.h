@@ -61,11 +61,13 @@ void logprobs(float* chosenLp, int32_t* topIds, float* topLp, int64_t k, const f
               const int32_t* chosen, int64_t n, int64_t vocab);
 
 // LoRA with one adapter slot per row; a is [slots, numSlices * rank, in] and b is
-// [slots, outF, rank] with the scale folded in. Rows of slot 0 get no delta.
+// [slots, outF, rank] with the scale folded in. Rows of slot 0 get no delta. slotRanks
+// [slots, slices] (optional): each slot's rank per slice; rank rows past it are padding,
+// neither read nor multiplied.
 void loraShrink(float* t, const float* x, Weights a, const int32_t* slotOfRow, int64_t n, int64_t in,
-                int64_t rankRows);
+                int64_t rankRows, const int32_t* slotRanks = nullptr, int64_t slices = 1);
 void loraExpand(float* out, const float* t, Weights b, const int32_t* slotOfRow, const int32_t* sliceStarts,
-                int64_t numSlices, int64_t n, int64_t outF, int64_t rank);
+                int64_t numSlices, int64_t n, int64_t outF, int64_t rank, const int32_t* slotRanks = nullptr);
 // Writes scale * src (or its transpose) into a 2-D dst at (rowOffset, colOffset).
 void copyRegion(void* dst, DType dt, int64_t dstCols, const void* src, DType st, int64_t rows, int64_t cols,
                 int64_t rowOffset, int64_t colOffset, float scale, bool transpose);

@@ -138,6 +138,59 @@ describeGpu('cuda lora', () => {
     });
   });
 
+  // slotRanks: adapters below the pool's rank are zero-padded and the kernels never read the
+  // padding (NaN there changes nothing): every shrink and expand path, GEMV epilogue included.
+  it.each([1, 3, 40])('slotRanks: %i rows, NaN padding unread, the CPU\'s zero-padded values', (n) => {
+    const rng = new Rng(77 + n);
+    const inF = 256, widths = [128, 64, 64], R = 8, S = widths.length, outF = 256;
+    const starts = [0, 128, 192, 256];
+    const ranks = [0, 0, 0, 2, 8, 5, 8, 0, 1, 8, 8, 8, 3, 3, 3];  // slots 0-4
+    const slots = Array.from({ length: n }, (_, r) => [0, 1, 2, 3, 4][(r * 3 + 1) % 5]);
+    const sliceOf = (o: number) => starts.findIndex((st, j) => j < S && o >= st && o < starts[j + 1]);
+    const pad = (v: Float32Array, kOf: (i: number) => [number, number, number], fill: number) =>
+      v.map((x, i) => { const [slot, s, k] = kOf(i); return k < ranks[slot * S + s] ? x : fill; });
+    const aVals = rng.floats(NUM_SLOTS * S * R * inF, -0.1, 0.1), bVals = rng.floats(NUM_SLOTS * outF * R, -0.1, 0.1);
+    const aKey = (i: number): [number, number, number] => { const k = Math.floor(i / inF) % (S * R); return [Math.floor(i / (inF * S * R)), Math.floor(k / R), k % R]; };
+    const bKey = (i: number): [number, number, number] => [Math.floor(i / (R * outF)), sliceOf(Math.floor(i / R) % outF), i % R];
+    const a = { nan: onCuda('bf16', [NUM_SLOTS, S * R, inF], pad(aVals, aKey, NaN)), zero: onCpu([NUM_SLOTS, S * R, inF], rounded('bf16', pad(aVals, aKey, 0))) };
+    const b = { nan: onCuda('bf16', [NUM_SLOTS, outF, R], pad(bVals, bKey, NaN)), zero: onCpu([NUM_SLOTS, outF, R], rounded('bf16', pad(bVals, bKey, 0))) };
+    const x = rounded('bf16', rng.floats(n * inF)), gu = rounded('bf16', rng.floats(n * 2 * inF, -3, 3)), w = rounded('bf16', rng.floats(inF, 0.5, 1.5));
+    const lw = rounded('bf16', rng.floats(outF * inF, -0.05, 0.05)), base = rounded('bf16', rng.floats(n * outF));
+    const sr = onCuda('i32', [NUM_SLOTS, S], ranks);
+    const sl = { cuda: onCuda('i32', [n], slots), cpu: i32([n], slots) };
+    // Shrinks.
+    const shrinkCuda = (op: 'lora' | 'norm' | 'silu') => {
+      const t = addon.empty('bf16', [n, S * R], 'cuda');
+      if (op === 'lora') addon.loraShrink(t, onCuda('bf16', [n, inF], x), a.nan, sl.cuda, sr);
+      if (op === 'norm') addon.rmsNormShrink(addon.empty('bf16', [n, inF], 'cuda'), onCuda('bf16', [n, inF], x), onCuda('bf16', [inF], w), 1e-6, t, a.nan, sl.cuda, sr);
+      if (op === 'silu') addon.siluMulShrink(addon.empty('bf16', [n, inF], 'cuda'), onCuda('bf16', [n, 2 * inF], gu), t, a.nan, sl.cuda, sr);
+      return floats(t);
+    };
+    const shrinkCpu = (op: 'lora' | 'norm' | 'silu') => {
+      const t = addon.empty('f32', [n, S * R]);
+      if (op === 'lora') addon.loraShrink(t, onCpu([n, inF], x), a.zero, sl.cpu);
+      if (op === 'norm') addon.rmsNormShrink(addon.empty('f32', [n, inF]), onCpu([n, inF], x), onCpu([inF], w), 1e-6, t, a.zero, sl.cpu);
+      if (op === 'silu') addon.siluMulShrink(addon.empty('f32', [n, inF]), onCpu([n, 2 * inF], gu), t, a.zero, sl.cpu);
+      return floats(t);
+    };
+    for (const op of ['lora', 'norm', 'silu'] as const) expectClose(shrinkCuda(op), shrinkCpu(op), 2 * tol('bf16', true));
+    // Expands: alone, and in linear's epilogue, plain and accumulating.
+    const ts = rounded('bf16', rng.floats(n * S * R, -1, 1));
+    const st = { cuda: onCuda('i32', [S + 1], starts), cpu: i32([S + 1], starts) };
+    const e = onCuda('bf16', [n, outF], base);
+    addon.loraExpand(e, onCuda('bf16', [n, S * R], ts), b.nan, sl.cuda, st.cuda, sr);
+    const eWant = onCpu([n, outF], base);
+    addon.loraExpand(eWant, onCpu([n, S * R], ts), b.zero, sl.cpu, st.cpu);
+    expectClose(floats(e), floats(eWant), tol('bf16', true));
+    for (const accumulate of [false, true]) {
+      const got = onCuda('bf16', [n, outF], base);
+      addon.linearExpand(got, onCuda('bf16', [n, inF], x), onCuda('bf16', [outF, inF], lw), null, onCuda('bf16', [n, S * R], ts), b.nan, sl.cuda, st.cuda, accumulate, sr);
+      const want = onCpu([n, outF], base);
+      addon.linearExpand(want, onCpu([n, inF], x), onCpu([outF, inF], lw), null, onCpu([n, S * R], ts), b.zero, sl.cpu, st.cpu, accumulate);
+      expectClose(floats(got), floats(want), tol('bf16', true));
+    }
+  });
+
   it.each(WEIGHT_DTYPES.flatMap((d) => WEIGHT_DTYPES.map((s) => [d, s])))('copyRegion into %s from %s, plain and transposed', (dd, sd) => {
     const rng = new Rng(dd.length * 10 + sd.length);
     const dstData = rng.floats(20 * 30);

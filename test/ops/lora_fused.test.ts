@@ -105,3 +105,60 @@ describe('linearExpand', () => {
     expectSame(floats(out), before);
   });
 });
+
+// Adapters of lower rank than the pool's R are zero-padded; slotRanks tells the ops each
+// slot's rank per slice, so the padding is never read. NaN in the padding proves it.
+describe('slotRanks', () => {
+  const R = rank, S = widths.length;
+  // slot 1: ranks 1/2/3, slot 2: 3/0/2, slot 3: full.
+  const ranks = [0, 0, 0, 1, 2, 3, 3, 0, 2, 3, 3, 3];
+  const padA = (a: Float32Array, fill: number) => a.map((v, i) => {
+    const k = Math.floor(i / dim) % (S * R), slot = Math.floor(i / (dim * S * R));
+    return k % R < ranks[slot * S + Math.floor(k / R)] ? v : fill;
+  });
+  const padB = (b: Float32Array, fill: number) => b.map((v, i) => {
+    const k = i % R, o = Math.floor(i / R) % outF, slot = Math.floor(i / (R * outF));
+    const s = starts.findIndex((st, j) => j < S && o >= st && o < starts[j + 1]);
+    return k < ranks[slot * S + s] ? v : fill;
+  });
+
+  it('every LoRA op gives what zero padding gives, never reading the padding', () => {
+    const d = data(8);
+    const sr = () => i32([numSlots, S], ranks);
+    const slotT = () => i32([n], slots);
+    const aOf = (fill: number) => f32([numSlots, S * R, dim], padA(d.a, fill));
+    const bOf = (fill: number) => f32([numSlots, outF, R], padB(d.b, fill));
+    // Shrinks: plain, after rmsNorm, after siluMul.
+    const shrinks: [string, (a: ReturnType<typeof f32>, ranked: boolean) => Float32Array][] = [
+      ['loraShrink', (a, ranked) => { const t = addon.empty('f32', [n, S * R]); addon.loraShrink(t, f32([n, dim], d.x), a, slotT(), ranked ? sr() : undefined); return floats(t); }],
+      ['rmsNormShrink', (a, ranked) => { const t = addon.empty('f32', [n, S * R]); addon.rmsNormShrink(addon.empty('f32', [n, dim]), f32([n, dim], d.x), f32([dim], d.w), 1e-6, t, a, slotT(), ranked ? sr() : undefined); return floats(t); }],
+      ['siluMulShrink', (a, ranked) => { const t = addon.empty('f32', [n, S * R]); addon.siluMulShrink(addon.empty('f32', [n, dim]), f32([n, 2 * dim], d.gateUp), t, a, slotT(), ranked ? sr() : undefined); return floats(t); }],
+    ];
+    for (const [name, run] of shrinks) expect(run(aOf(NaN), true), name).toEqual(run(aOf(0), false));
+    // Expands: plain, and in linear's epilogue (plain and accumulating).
+    const t = () => f32([n, S * R], d.t);
+    const expand = (b: ReturnType<typeof f32>, ranked: boolean) => { const out = f32([n, outF], d.lw.subarray(0, n * outF)); addon.loraExpand(out, t(), b, slotT(), i32([4], starts), ranked ? sr() : undefined); return floats(out); };
+    expect(expand(bOf(NaN), true)).toEqual(expand(bOf(0), false));
+    for (const accumulate of [false, true]) {
+      const run = (b: ReturnType<typeof f32>, ranked: boolean) => {
+        const out = f32([n, outF], d.lw.subarray(0, n * outF));
+        addon.linearExpand(out, f32([n, dim], d.x), f32([outF, dim], d.lw), null, t(), b, slotT(), i32([4], starts), accumulate, ranked ? sr() : undefined);
+        return floats(out);
+      };
+      expect(run(bOf(NaN), true)).toEqual(run(bOf(0), false));
+    }
+  });
+
+  it('are checked: shape and values, naming them', () => {
+    const d = data(9);
+    const t = addon.zeros('f32', [n, S * R]);
+    const a = f32([numSlots, S * R, dim], d.a);
+    expectOpError(() => addon.loraShrink(t, f32([n, dim], d.x), a, i32([n], slots), i32([numSlots, 2], new Array(numSlots * 2).fill(1))),
+      /^loraShrink: slotRanks .* must be \[slots, slices\] with the 9 rank rows of a split evenly/);
+    expectOpError(() => addon.loraShrink(t, f32([n, dim], d.x), a, i32([n], slots), i32([numSlots, S], ranks.map((r) => (r === 2 ? 4 : r)))),
+      /^loraShrink: slotRanks\[\d+\] = 4 is outside \[0, 3\]/);
+    expectOpError(() => addon.loraExpand(f32([n, outF], d.lw.subarray(0, n * outF)), f32([n, S * R], d.t), f32([numSlots, outF, R], d.b),
+      i32([n], slots), i32([4], starts), i32([numSlots + 1, S], new Array((numSlots + 1) * S).fill(1))), /^loraExpand: slotRanks \(\[slots, slices\]\) must be \[4, 3\]/);
+    expect(floats(t).every((v) => v === 0)).toBe(true);
+  });
+});
