@@ -22,7 +22,7 @@ gpu::SlotRanks shrinkRanks(const OpArgs& a, const Tensor* ranks, const Tensor& w
   return {expectSlotRanks(a, ranks, w.dim(0), slices, w.dim(1) / slices), slices};
 }
 
-// loraShrink(t [n, S*R], x [n, in], a [slots, S*R, in], slotOfRow [n])
+// loraShrink(t [n, S*R], x [n, in], a [slots, S*R, in], slotOfRow [n], slotRanks? [slots, S])
 Napi::Value LoraShrink(const Napi::CallbackInfo& info) {
   OpArgs a(info, "loraShrink");
   Tensor &t = a.tensor(0, "t"), &x = a.tensor(1, "x"), &w = a.tensor(2, "a"), &slots = a.tensor(3, "slotOfRow");
@@ -43,7 +43,7 @@ Napi::Value LoraShrink(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// loraExpand(out [n, outF], t [n, S*R], b [slots, outF, R], slotOfRow [n], sliceStarts [S+1])
+// loraExpand(out [n, outF], t [n, S*R], b [slots, outF, R], slotOfRow [n], sliceStarts [S+1], slotRanks? [slots, S])
 Napi::Value LoraExpand(const Napi::CallbackInfo& info) {
   OpArgs a(info, "loraExpand");
   Tensor &out = a.tensor(0, "out"), &t = a.tensor(1, "t"), &w = a.tensor(2, "b");
@@ -66,7 +66,7 @@ Napi::Value LoraExpand(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// rmsNormShrink(out, x, w, eps, t, a, slotOfRow): rmsNorm, then loraShrink of its output;
+// rmsNormShrink(out, x, w, eps, t, a, slotOfRow, slotRanks?): rmsNorm, then loraShrink of its output;
 // on CUDA one launch, the shrink computed where the normed row is made.
 Napi::Value RmsNormShrink(const Napi::CallbackInfo& info) {
   OpArgs a(info, "rmsNormShrink");
@@ -92,7 +92,7 @@ Napi::Value RmsNormShrink(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// siluMulShrink(out, gateUp, t, a, slotOfRow): siluMul, then loraShrink of its output; on
+// siluMulShrink(out, gateUp, t, a, slotOfRow, slotRanks?): siluMul, then loraShrink of its output; on
 // CUDA one launch.
 Napi::Value SiluMulShrink(const Napi::CallbackInfo& info) {
   OpArgs a(info, "siluMulShrink");
@@ -117,7 +117,7 @@ Napi::Value SiluMulShrink(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// linearExpand(out, x, w, bias, t, b, slotOfRow, sliceStarts, accumulate): linear (out += with
+// linearExpand(out, x, w, bias, t, b, slotOfRow, sliceStarts, accumulate?, slotRanks?): linear (out += with
 // accumulate), then loraExpand into its output: on CUDA the expand is the decode GEMV's epilogue.
 Napi::Value LinearExpand(const Napi::CallbackInfo& info) {
   OpArgs a(info, "linearExpand");
