@@ -1,23 +1,16 @@
 // `mstar bench` refuses bad flags with exit code 2 before starting or sending anything.
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { describe, expect, it } from 'vitest';
 
 import { runCli } from '../../lib/cli/cli.js';
+import { captureOutput } from '../cli_output.js';
 
-let out = '';
-let err = '';
-beforeEach(() => {
-  out = '';
-  err = '';
-  vi.spyOn(process.stdout, 'write').mockImplementation((chunk: string | Uint8Array) => ((out += String(chunk)), true));
-  vi.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => ((err += String(chunk)), true));
-});
-afterEach(() => vi.restoreAllMocks());
+const io = captureOutput();
 
 describe('mstar bench flags', () => {
   it('shows its flags and mixes', async () => {
     expect(await runCli(['bench', '--help'])).toBe(0);
-    expect(out).toMatch(/--serve FILE/);
-    expect(out).toMatch(/churn\s+round robin over all adapters/);
+    expect(io.out).toMatch(/--serve FILE/);
+    expect(io.out).toMatch(/churn\s+round robin over all adapters/);
   });
 
   it('exits 2 on bad input', async () => {
@@ -34,9 +27,9 @@ describe('mstar bench flags', () => {
       [['--bogus'], /Unknown option '--bogus'/],
     ];
     for (const [args, message] of cases) {
-      err = '';
+      io.err = '';
       expect(await runCli(['bench', ...args]), args.join(' ')).toBe(2);
-      expect(err).toMatch(message);
+      expect(io.err).toMatch(message);
     }
   });
 });

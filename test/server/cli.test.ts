@@ -2,56 +2,47 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { describe, expect, it } from 'vitest';
 
 import { HELP, runCli } from '../../lib/cli/cli.js';
+import { captureOutput } from '../cli_output.js';
 import { TINY_QWEN3 } from './helpers.js';
 
-let out = '';
-let err = '';
-beforeEach(() => {
-  out = '';
-  err = '';
-  vi.spyOn(process.stdout, 'write').mockImplementation((chunk: string | Uint8Array) => ((out += String(chunk)), true));
-  vi.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => ((err += String(chunk)), true));
-});
-afterEach(() => {
-  vi.restoreAllMocks();
-});
+const io = captureOutput();
 
 describe('mstar', () => {
   it('lists its commands with --help', async () => {
     expect(await runCli(['--help'])).toBe(0);
-    expect(out).toBe(HELP);
-    expect(out).toMatch(/serve\s+serve a model/);
+    expect(io.out).toBe(HELP);
+    expect(io.out).toMatch(/serve\s+serve a model/);
   });
 
   it('exits 2 on an unknown command or none', async () => {
     expect(await runCli(['bake'])).toBe(2);
-    expect(err).toMatch(/^mstar: unknown command "bake"/);
+    expect(io.err).toMatch(/^mstar: unknown command "bake"/);
     expect(await runCli([])).toBe(2);
   });
 
   it('serve --help shows its flags', async () => {
     expect(await runCli(['serve', '--help'])).toBe(0);
-    expect(out).toMatch(/--config FILE/);
-    expect(out).toMatch(/--port PORT/);
+    expect(io.out).toMatch(/--config FILE/);
+    expect(io.out).toMatch(/--port PORT/);
   });
 
   it('serve exits 2 on a bad flag or a bad value before starting anything', async () => {
     expect(await runCli(['serve', '--bogus'])).toBe(2);
-    expect(err).toMatch(/Unknown option '--bogus'/);
-    err = '';
+    expect(io.err).toMatch(/Unknown option '--bogus'/);
+    io.err = '';
     expect(await runCli(['serve', '--model', TINY_QWEN3, '--port', 'http'])).toBe(2);
-    expect(err).toBe('--port: server.port must be an integer >= 0 and <= 65535, got "http"\n');
-    err = '';
+    expect(io.err).toBe('--port: server.port must be an integer >= 0 and <= 65535, got "http"\n');
+    io.err = '';
     // (`serve` alone serves the demo model; a config without a model is an error.)
     const dir = mkdtempSync(join(tmpdir(), 'mstar-cli-'));
     writeFileSync(join(dir, 'serve.yaml'), 'device: cpu\n');
     expect(await runCli(['serve', '--config', join(dir, 'serve.yaml')])).toBe(2);
-    expect(err).toMatch(/model is required/);
-    err = '';
+    expect(io.err).toMatch(/model is required/);
+    io.err = '';
     expect(await runCli(['serve', '--model', '/no/such/model'])).toBe(2);
-    expect(err).toMatch(/is not a folder/);
+    expect(io.err).toMatch(/is not a folder/);
   });
 });

@@ -2,20 +2,13 @@
 import { readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
-import { afterAll, afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 
 import { HELP, runCli } from '../../lib/cli/cli.js';
+import { captureOutput } from '../cli_output.js';
 import { removeTempDirs, tempDir, TINY_CONFIG } from './tiny.js';
 
-let out = '';
-let err = '';
-beforeEach(() => {
-  out = '';
-  err = '';
-  vi.spyOn(process.stdout, 'write').mockImplementation((chunk: string | Uint8Array) => ((out += String(chunk)), true));
-  vi.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => ((err += String(chunk)), true));
-});
-afterEach(() => vi.restoreAllMocks());
+const io = captureOutput();
 afterAll(removeTempDirs);
 
 function configFile(extra: Record<string, unknown> = {}): string {
@@ -29,15 +22,15 @@ describe('mstar synth', () => {
     expect(HELP).toMatch(/synth\s+write a random-weight checkpoint/);
     expect(HELP).toMatch(/bench\s+benchmark an OpenAI-compatible endpoint/);
     expect(await runCli(['synth', '--help'])).toBe(0);
-    expect(out).toMatch(/--preset NAME\s+qwen3-0.6b, qwen3-4b, qwen3-8b, llama-3.2-1b, llama-3.2-3b/);
+    expect(io.out).toMatch(/--preset NAME\s+qwen3-0.6b, qwen3-4b, qwen3-8b, llama-3.2-1b, llama-3.2-3b/);
   });
 
   it('writes a checkpoint, adapters and serve.yaml from a config.json', async () => {
     const dir = tempDir('synth-cli');
     expect(await runCli(['synth', '--config', configFile(), '--out', dir, '--adapters', '2', '--rank', '4', '--targets', 'q_proj,v_proj', '--layers', '1'])).toBe(0);
-    expect(out).toMatch(/wrote qwen3 checkpoint to .*: 1 layers, hidden 64, vocab 1000/);
-    expect(out).toMatch(/wrote 2 adapters \(rank 4, alpha 32, q_proj,v_proj/);
-    expect(out).toMatch(/bench: mstar bench --serve .*serve\.yaml/);
+    expect(io.out).toMatch(/wrote qwen3 checkpoint to .*: 1 layers, hidden 64, vocab 1000/);
+    expect(io.out).toMatch(/wrote 2 adapters \(rank 4, alpha 32, q_proj,v_proj/);
+    expect(io.out).toMatch(/bench: mstar bench --serve .*serve\.yaml/);
     expect(readdirSync(dir).sort()).toEqual(
       ['adapters', 'config.json', 'generation_config.json', 'model.safetensors', 'serve.yaml', 'tokenizer.json', 'tokenizer_config.json']);
   });
@@ -54,14 +47,14 @@ describe('mstar synth', () => {
       [['--config', configFile({ model_type: 'gpt2', architectures: ['GPT2LMHeadModel'] }), '--out', tempDir('x')], /unsupported model/],
     ];
     for (const [args, message] of cases) {
-      err = '';
+      io.err = '';
       expect(await runCli(['synth', ...args])).toBe(2);
-      expect(err).toMatch(message);
+      expect(io.err).toMatch(message);
     }
     const full = tempDir('full');
     writeFileSync(join(full, 'keep.txt'), 'x');
     expect(await runCli(['synth', '--config', configFile(), '--out', full])).toBe(2);
-    expect(err).toMatch(/is not empty \(pass --force/);
+    expect(io.err).toMatch(/is not empty \(pass --force/);
     expect(await runCli(['synth', '--config', configFile(), '--out', full, '--force'])).toBe(0);
   });
 });
