@@ -2,10 +2,12 @@
 // the same steps, so a streamed response concatenates to exactly the non-streamed one.
 import type { FastifyReply } from 'fastify';
 
-import type { TokenLogprob } from '../engine/types.js';
+import type { SamplingParams, TokenLogprob } from '../engine/types.js';
+import { disconnectSignal } from './disconnect.js';
 import { ApiError, internalError, invalidRequest } from './errors.js';
-import type { GenerationEnd, GenerationStep } from './generation.js';
+import { type GenerationDeps, type GenerationEnd, type GenerationStep, runGeneration } from './generation.js';
 import { type Usage, usageOf } from './openai.js';
+import type { RequestSettings } from './sampling.js';
 import { SseStream } from './sse.js';
 
 /** How one API words its responses (completions and chat differ only here). */
@@ -17,6 +19,30 @@ export interface Presenter {
   /** With stream_options.include_usage: the last chunk, usage and no choices. */
   usageChunk(usage: Usage): unknown;
   complete(text: string, logprobs: TokenLogprob[], end: GenerationEnd): unknown;
+}
+
+/** A route's request, ready to run. */
+export interface RouteRequest {
+  id: string;
+  promptIds: number[];
+  params: SamplingParams;
+  settings: RequestSettings;
+  arrivedAt: number;
+  adapter?: string;
+}
+
+/**
+ * Both routes' last step: the generation (aborted when the client goes away), answered as
+ * `presenter` words it, streamed or whole as the settings ask.
+ */
+export function generateAndRespond(deps: GenerationDeps, reply: FastifyReply, r: RouteRequest, presenter: Presenter): Promise<unknown> {
+  const { settings } = r;
+  const steps = runGeneration(
+    deps,
+    { id: r.id, promptIds: r.promptIds, params: r.params, stop: settings.stop, skipSpecialTokens: settings.skipSpecialTokens, arrivedAt: r.arrivedAt, adapter: r.adapter },
+    disconnectSignal(reply),
+  );
+  return respond(reply, steps, settings, presenter);
 }
 
 export async function respond(

@@ -4,14 +4,12 @@ import type { FastifyInstance } from 'fastify';
 
 import { ChatTemplateError, NO_CHAT_TEMPLATE_MESSAGE } from '../../tokenizer/chat_template.js';
 import type { ServerContext } from '../context.js';
-import { disconnectSignal } from '../disconnect.js';
 import { invalidRequest } from '../errors.js';
 import { asObject, type Body, optBool } from '../fields.js';
-import { runGeneration } from '../generation.js';
 import { LogprobFormatter } from '../logprobs.js';
 import { parseMessages } from '../messages.js';
 import { newRequestId, resolveModel, unixSeconds, usageOf } from '../openai.js';
-import { respond, type Presenter } from '../respond.js';
+import { generateAndRespond, type Presenter } from '../respond.js';
 import { parseSettings, samplingParamsFor } from '../sampling.js';
 
 export function registerChat(app: FastifyInstance, ctx: ServerContext): void {
@@ -62,12 +60,7 @@ export function registerChat(app: FastifyInstance, ctx: ServerContext): void {
       }),
     };
 
-    const steps = runGeneration(
-      ctx,
-      { id, promptIds, params, stop: settings.stop, skipSpecialTokens: settings.skipSpecialTokens, arrivedAt, adapter: model.adapter },
-      disconnectSignal(reply),
-    );
-    return respond(reply, steps, settings, presenter);
+    return generateAndRespond(ctx, reply, { id, promptIds, params, settings, arrivedAt, adapter: model.adapter }, presenter);
   });
 }
 

@@ -2,13 +2,11 @@
 import type { FastifyInstance } from 'fastify';
 
 import type { ServerContext } from '../context.js';
-import { disconnectSignal } from '../disconnect.js';
 import { asObject, optBool } from '../fields.js';
-import { runGeneration } from '../generation.js';
 import { LogprobFormatter } from '../logprobs.js';
 import { newRequestId, resolveModel, unixSeconds, usageOf } from '../openai.js';
 import { completionPromptIds } from '../prompt.js';
-import { respond, type Presenter } from '../respond.js';
+import { generateAndRespond, type Presenter } from '../respond.js';
 import { parseSettings, samplingParamsFor } from '../sampling.js';
 
 export function registerCompletions(app: FastifyInstance, ctx: ServerContext): void {
@@ -59,11 +57,6 @@ export function registerCompletions(app: FastifyInstance, ctx: ServerContext): v
       }),
     };
 
-    const steps = runGeneration(
-      ctx,
-      { id, promptIds, params, stop: settings.stop, skipSpecialTokens: settings.skipSpecialTokens, arrivedAt, adapter: model.adapter },
-      disconnectSignal(reply),
-    );
-    return respond(reply, steps, settings, presenter);
+    return generateAndRespond(ctx, reply, { id, promptIds, params, settings, arrivedAt, adapter: model.adapter }, presenter);
   });
 }
