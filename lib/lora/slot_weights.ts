@@ -58,8 +58,7 @@ export class SlotWeights {
 
   /** Copies an adapter into a slot (everything it does not target is zero). */
   load(slot: number, host: HostAdapter): void {
-    this.clear(slot);
-    const loaded = new Set<LoraTarget>();
+    this.zero(slot);
     const device = this.placement.device;
     for (const { module: m, a: hostA, b: hostB } of host.modules) {
       // The host cache stays in host memory; each load copies it over (a no-op view on the CPU).
@@ -78,16 +77,21 @@ export class SlotWeights {
         addon.copyRegion(bSlot, b, m.location.rowOffset, 0, m.scale, false);
         t.hostRanks[slot * slices + j] = a.shape[0];
       }
-      loaded.add(t);
       aSlot.dispose();
       bSlot.dispose();
       if (a !== hostA) a.dispose();
       if (b !== hostB) b.dispose();
     }
-    for (const t of loaded) t.ranks.copyFrom(t.hostRanks);
+    this.uploadRanks();
   }
 
   clear(slot: number): void {
+    this.zero(slot);
+    this.uploadRanks();
+  }
+
+  /** Zeros the slot's A and B, and its ranks on the host. */
+  private zero(slot: number): void {
     for (const t of this.targets.values()) {
       for (const x of [t.a, t.b]) {
         const s = x.narrow(slot, 1);
@@ -96,8 +100,11 @@ export class SlotWeights {
       }
       const slices = t.ranks.shape[1];
       t.hostRanks.fill(0, slot * slices, (slot + 1) * slices);
-      t.ranks.copyFrom(t.hostRanks);
     }
+  }
+
+  private uploadRanks(): void {
+    for (const t of this.targets.values()) t.ranks.copyFrom(t.hostRanks);
   }
 
   dispose(): void {
