@@ -12,51 +12,140 @@ namespace mstar::gpu {
 namespace {
 
 constexpr int kShrinkThreads = 256;
+constexpr int kShrinkWarps = kShrinkThreads / 32;
+constexpr int kExpandThreads = 256;
+// Rows to a block of the many-row shrink and of the expand: what a block loads of A or B
+// serves this many rows. 8 keeps the shrink's per-row sums in registers; decode batches
+// (up to 64 rows) take 2, so their few rows still spread over enough blocks.
+constexpr int kShrinkTileRows = 8;
+constexpr int kShrinkTileRowsDecode = 2;
+constexpr int64_t kDecodeRows = 64;
+constexpr int kExpandTileRows = 8;
 
-// t[r, k] = x[r] · a[slot, k]. byBlock: one block per (row, rank row); else one warp per
-// (row, rank row), 8 rank rows to a block. Rows of slot 0 (or of a slot outside the table)
-// get zeros.
+// Up to kFusedShrinkRows rows: t[r, k] = x[r] · a[slot, k], one block per (row, rank row).
+// Rows of slot 0 (or of a slot outside the table) get zeros.
 template <typename T, typename A>
 __global__ void shrinkKernel(T* t, const T* x, const A* a, int64_t numSlots, const int32_t* slotOfRow, int64_t in,
-                             int64_t rankRows, bool vec, bool byBlock, SlotRanks sr) {
+                             int64_t rankRows, bool vec, SlotRanks sr) {
   const int64_t r = blockIdx.x;  // rows on x: y and z are limited to 65535
   const T* xr = x + r * in;
   auto xAt = [&](int64_t i) { return toF(xr[i]); };
-  if (byBlock) return shrinkRowByBlock(t, a, numSlots, slotOfRow[r], r, blockIdx.y, rankRows, in, vec, sr, xAt);
-  const int64_t k = int64_t(blockIdx.y) * (blockDim.x / 32) + threadIdx.x / 32;
-  if (k < rankRows) shrinkRowByWarp(t, a, numSlots, slotOfRow[r], r, k, rankRows, in, vec, sr, xAt);
+  shrinkRowByBlock(t, a, numSlots, slotOfRow[r], r, blockIdx.y, rankRows, in, vec, sr, xAt);
 }
 
-// out[r, o] += t[r, slice(o)] · b[slot, o]: one thread per (row, output column). The
-// row's t is staged in shared memory; sliceStarts (numSlices + 1 entries) say which
-// rank block each column reads. Columns outside every slice get nothing. With delta:
-// out[r, o] += (delta[r, o] + that), the inner sum rounded first (a projection plus its
-// adapter, then the residual taking it), for every row, slot 0 included.
+// Many rows: warp w takes rank row k = blockIdx.y * kShrinkWarps + w for the TR rows from
+// blockIdx.x * TR. A lane loads each run of a[slot, k] once for the tile's rows of that slot
+// (again only where the slot changes from one row to the next), so A is read from L2 once
+// per tile rather than once per row. vec: a's and x's rows allow 16-byte loads. Each lane
+// sums in shrinkPart's order, so t is what a warp per row would give.
+template <typename T, typename A, int TR>
+__global__ void __launch_bounds__(kShrinkThreads)
+    shrinkTileKernel(T* t, const T* x, const A* a, int64_t numSlots, const int32_t* slotOfRow, int64_t n, int64_t in,
+                     int64_t rankRows, bool vec, SlotRanks sr) {
+  const int lane = threadIdx.x % 32;
+  const int64_t k = int64_t(blockIdx.y) * kShrinkWarps + threadIdx.x / 32;
+  if (k >= rankRows) return;  // the whole warp, and nothing below syncs the block
+  const int64_t r0 = int64_t(blockIdx.x) * TR;
+  // Each row's rank row of A; null: the row gets zeros (slot off, padding row, past n).
+  const A* aRow[TR];
+#pragma unroll
+  for (int j = 0; j < TR; ++j) {
+    aRow[j] = nullptr;
+    if (r0 + j < n) {
+      const int32_t slot = slotOfRow[r0 + j];
+      if (slot > 0 && slot < numSlots && hasRankRow(sr, slot, k, rankRows))
+        aRow[j] = a + (int64_t(slot) * rankRows + k) * in;
+    }
+  }
+  const T* xt = x + r0 * in;
+  float acc[TR] = {};
+  if (vec) {
+    for (int64_t i = int64_t(lane) * 8; i < in; i += 32 * 8) {
+      const A* cur = nullptr;
+      float av[8] = {};
+#pragma unroll
+      for (int j = 0; j < TR; ++j) {
+        if (!aRow[j]) continue;
+        if (aRow[j] != cur) {
+          cur = aRow[j];
+          loadVec<A, 8>(av, cur + i);
+        }
+        float xv[8];
+        loadVec<T, 8>(xv, xt + j * in + i);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[j] += xv[e] * av[e];
+      }
+    }
+  } else {
+    for (int64_t i = lane; i < in; i += 32) {
+      const A* cur = nullptr;
+      float av = 0;
+#pragma unroll
+      for (int j = 0; j < TR; ++j) {
+        if (!aRow[j]) continue;
+        if (aRow[j] != cur) {
+          cur = aRow[j];
+          av = toF(cur[i]);
+        }
+        acc[j] += toF(xt[j * in + i]) * av;
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < TR; ++j) {
+    const float sum = warpSum(acc[j]);
+    if (lane == 0 && r0 + j < n) t[(r0 + j) * rankRows + k] = fromF<T>(sum);
+  }
+}
+
+// out[r, o] += t[r, slice(o)] · b[slot, o]: one thread per output column, for the
+// tileRows rows from blockIdx.x * tileRows (rows on x: y is limited to 65535). The tile's
+// t rows are staged in shared memory, then each thread walks the rows, so b[slot, o] comes
+// from L1 after the tile's first row of that slot instead of from L2 for every row.
+// sliceStarts (numSlices + 1 entries) say which rank block each column reads. Columns
+// outside every slice get nothing. With delta: out[r, o] += (delta[r, o] + that), the
+// inner sum rounded first (a projection plus its adapter, then the residual taking it),
+// for every row, slot 0 included.
 template <typename T, typename W>
-__global__ void expandKernel(T* out, const T* delta, const T* t, const W* b, int64_t numSlots, const int32_t* slotOfRow,
-                             const int32_t* sliceStarts, int numSlices, int64_t outF, int64_t rank, SlotRanks sr) {
-  extern __shared__ float tRow[];
-  const int64_t r = blockIdx.x;
-  const int32_t slot = slotOfRow[r];
-  const bool on = slot > 0 && slot < numSlots;
-  if (!on && !delta) return;  // uniform over the block
-  if (on)
-    for (int64_t i = threadIdx.x; i < numSlices * rank; i += blockDim.x) tRow[i] = toF(t[r * numSlices * rank + i]);
+__global__ void __launch_bounds__(kExpandThreads)
+    expandKernel(T* out, const T* delta, const T* t, const W* b, int64_t numSlots, const int32_t* slotOfRow,
+                 const int32_t* sliceStarts, int numSlices, int64_t n, int64_t outF, int64_t rank, int tileRows,
+                 SlotRanks sr) {
+  extern __shared__ float tTile[];            // [rows, numSlices * rank]
+  __shared__ int32_t slots[kExpandTileRows];  // 0: the row has no adapter
+  const int64_t r0 = int64_t(blockIdx.x) * tileRows;
+  const int rows = int(min(int64_t(tileRows), n - r0));
+  if (threadIdx.x < rows) {
+    const int32_t slot = slotOfRow[r0 + threadIdx.x];
+    slots[threadIdx.x] = slot > 0 && slot < numSlots ? slot : 0;
+  }
+  __syncthreads();
+  bool any = false;
+  for (int j = 0; j < rows; ++j) any |= slots[j] != 0;
+  if (!any && !delta) return;  // uniform over the block
+  const int width = int(numSlices * rank);  // at most 12288: the launch checks
+  for (int i = threadIdx.x; i < rows * width; i += blockDim.x)
+    if (slots[i / width]) tTile[i] = toF(t[r0 * width + i]);
   __syncthreads();
   const int64_t o = blockIdx.y * int64_t(blockDim.x) + threadIdx.x;
   if (o >= outF) return;
   int s = 0;
   while (s < numSlices && !(sliceStarts[s] <= o && o < sliceStarts[s + 1])) ++s;
-  float acc = 0;
-  if (on && s < numSlices) {
-    const W* br = b + (int64_t(slot) * outF + o) * rank;
-    const float* ts = tRow + int64_t(s) * rank;
-    const int64_t used = sr.ranks ? min(rank, int64_t(sr.ranks[int64_t(slot) * sr.slices + s])) : rank;
-    for (int64_t k = 0; k < used; ++k) acc += ts[k] * toF(br[k]);
+  const bool inSlice = s < numSlices;
+  for (int j = 0; j < rows; ++j) {
+    const int64_t r = r0 + j;
+    const int32_t slot = slots[j];
+    float acc = 0;
+    if (slot && inSlice) {
+      const W* br = b + (int64_t(slot) * outF + o) * rank;
+      const float* ts = tTile + int64_t(j) * width + int64_t(s) * rank;
+      const int64_t used = sr.ranks ? min(rank, int64_t(sr.ranks[int64_t(slot) * sr.slices + s])) : rank;
+      for (int64_t k = 0; k < used; ++k) acc += ts[k] * toF(br[k]);
+    }
+    T* dst = out + r * outF + o;
+    if (delta) *dst = fromF<T>(toF(*dst) + toF(fromF<T>(toF(delta[r * outF + o]) + acc)));
+    else if (slot && inSlice) *dst = fromF<T>(toF(*dst) + acc);
   }
-  T* dst = out + r * outF + o;
-  if (delta) *dst = fromF<T>(toF(*dst) + toF(fromF<T>(toF(delta[r * outF + o]) + acc)));
-  else if (s < numSlices) *dst = fromF<T>(toF(*dst) + acc);
 }
 
 __global__ void copyRegionKernel(void* dst, DType dt, int64_t dstCols, const void* src, DType st, int64_t rows,
@@ -99,15 +188,26 @@ void loraShrink(DType act, void* t, const void* x, Weights a, int64_t numSlots, 
   if (n == 0 || rankRows == 0) return;
   const bool byBlock = n <= kFusedShrinkRows;
   // Braces: with parentheses this line would declare a function.
-  const dim3 grid{unsigned(n), unsigned(byBlock ? rankRows : (rankRows + kShrinkThreads / 32 - 1) / (kShrinkThreads / 32))};
+  const int64_t tile = n <= kDecodeRows ? kShrinkTileRowsDecode : kShrinkTileRows;
+  const dim3 grid{unsigned(byBlock ? n : (n + tile - 1) / tile),
+                  unsigned(byBlock ? rankRows : (rankRows + kShrinkWarps - 1) / kShrinkWarps)};
   withAct(act, [&](auto tt) {
     withFloat(a.dtype, [&](auto wt) {
       using T = decltype(tt);
       using W = decltype(wt);
-      const bool vec = rowsAligned16(a.data, in, sizeof(W));
-      shrinkKernel<T, W><<<grid, kShrinkThreads, 0, stream()>>>(static_cast<T*>(t), static_cast<const T*>(x),
-                                                                      static_cast<const W*>(a.data), numSlots, slotOfRow,
-                                                                      in, rankRows, vec, byBlock, ranks);
+      const bool vecA = rowsAligned16(a.data, in, sizeof(W));
+      if (byBlock)
+        shrinkKernel<T, W><<<grid, kShrinkThreads, 0, stream()>>>(static_cast<T*>(t), static_cast<const T*>(x),
+                                                                  static_cast<const W*>(a.data), numSlots, slotOfRow,
+                                                                  in, rankRows, vecA, ranks);
+      else if (tile == kShrinkTileRowsDecode)
+        shrinkTileKernel<T, W, kShrinkTileRowsDecode><<<grid, kShrinkThreads, 0, stream()>>>(
+            static_cast<T*>(t), static_cast<const T*>(x), static_cast<const W*>(a.data), numSlots, slotOfRow, n, in,
+            rankRows, vecA && rowsAligned16(x, in, sizeof(T)), ranks);
+      else
+        shrinkTileKernel<T, W, kShrinkTileRows><<<grid, kShrinkThreads, 0, stream()>>>(
+            static_cast<T*>(t), static_cast<const T*>(x), static_cast<const W*>(a.data), numSlots, slotOfRow, n, in,
+            rankRows, vecA && rowsAligned16(x, in, sizeof(T)), ranks);
     });
   });
   checkLaunch("loraShrink kernel");
@@ -117,17 +217,21 @@ void loraExpandAdd(DType act, void* out, const void* delta, const void* t, Weigh
                    const int32_t* slotOfRow, const int32_t* sliceStarts, int64_t numSlices, int64_t n, int64_t outF,
                    int64_t rank, SlotRanks ranks) {
   if (n == 0 || outF == 0) return;
-  size_t shared = size_t(numSlices * rank) * sizeof(float);
-  if (shared > 48 * 1024) throw Error("loraExpand: slices * rank = " + std::to_string(numSlices * rank) + " is above 12288");
-  dim3 grid(unsigned(n), blocksFor(outF, 256));
+  constexpr int64_t maxWidth = 48 * 1024 / sizeof(float);
+  const int64_t width = numSlices * rank;
+  if (width > maxWidth) throw Error("loraExpand: slices * rank = " + std::to_string(width) + " is above 12288");
+  // Fewer rows to a block where kExpandTileRows rows of t would not fit in shared memory.
+  const int64_t tileRows = width ? std::min<int64_t>(kExpandTileRows, maxWidth / width) : kExpandTileRows;
+  const size_t shared = size_t(tileRows * width) * sizeof(float);
+  const dim3 grid{unsigned((n + tileRows - 1) / tileRows), blocksFor(outF, kExpandThreads)};
   withAct(act, [&](auto tt) {
     withFloat(b.dtype, [&](auto wt) {
       using T = decltype(tt);
       using W = decltype(wt);
-      expandKernel<T, W><<<grid, 256, shared, stream()>>>(static_cast<T*>(out), static_cast<const T*>(delta),
-                                                           static_cast<const T*>(t), static_cast<const W*>(b.data),
-                                                           numSlots, slotOfRow, sliceStarts, int(numSlices), outF, rank,
-                                                           ranks);
+      expandKernel<T, W><<<grid, kExpandThreads, shared, stream()>>>(
+          static_cast<T*>(out), static_cast<const T*>(delta), static_cast<const T*>(t),
+          static_cast<const W*>(b.data), numSlots, slotOfRow, sliceStarts, int(numSlices), n, outF, rank,
+          int(tileRows), ranks);
     });
   });
   checkLaunch("loraExpand kernel");

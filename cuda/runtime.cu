@@ -117,6 +117,63 @@ void synchronize() {
   check(cudaStreamSynchronize(gStream), "cudaStreamSynchronize");
 }
 
+// ---- Pinned host memory and adapter uploads ----------------------------------------------
+namespace {
+std::once_flag gUploadOnce;
+cudaStream_t gUploadStream = nullptr;
+cudaEvent_t gComputeMark = nullptr, gUploaded = nullptr;
+
+void initUpload() {
+  stream();
+  check(cudaStreamCreateWithFlags(&gUploadStream, cudaStreamNonBlocking), "cudaStreamCreate (uploads)");
+  check(cudaEventCreateWithFlags(&gComputeMark, cudaEventDisableTiming), "cudaEventCreate");
+  check(cudaEventCreateWithFlags(&gUploaded, cudaEventDisableTiming), "cudaEventCreate");
+}
+}  // namespace
+
+void* allocPinned(size_t bytes) noexcept {
+  try {
+    stream();
+  } catch (const Error&) {
+    return nullptr;  // no device: ordinary memory serves
+  }
+  void* p = nullptr;
+  if (cudaMallocHost(&p, bytes) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return p;
+}
+
+void freePinned(void* p) noexcept {
+  // An upload from p may still be queued; waiting and freeing are not capturable.
+  runOrDefer([p] {
+    if (gUploadStream && cudaStreamSynchronize(gUploadStream) != cudaSuccess) cudaGetLastError();
+    if (cudaFreeHost(p) != cudaSuccess) cudaGetLastError();
+  });
+}
+
+void upload(const UploadRegion* regions, size_t count) {
+  requireNotCapturing("an upload to the device");
+  std::call_once(gUploadOnce, initUpload);
+  cudaStream_t compute = stream();
+  // The side stream starts after the ops already enqueued (a step may still read the slot).
+  check(cudaEventRecord(gComputeMark, compute), "cudaEventRecord");
+  check(cudaStreamWaitEvent(gUploadStream, gComputeMark, 0), "cudaStreamWaitEvent");
+  for (size_t i = 0; i < count; ++i) {
+    const UploadRegion& r = regions[i];
+    const size_t width = r.cols * r.elemBytes;
+    if (r.rows == 0 || width == 0) continue;
+    if (r.src)
+      check(cudaMemcpy2DAsync(r.dst, r.dstPitch, r.src, width, width, r.rows, cudaMemcpyHostToDevice, gUploadStream),
+            "cudaMemcpy2DAsync (host to device)");
+    else
+      check(cudaMemset2DAsync(r.dst, r.dstPitch, 0, width, r.rows, gUploadStream), "cudaMemset2DAsync");
+  }
+  check(cudaEventRecord(gUploaded, gUploadStream), "cudaEventRecord");
+  check(cudaStreamWaitEvent(compute, gUploaded, 0), "cudaStreamWaitEvent");
+}
+
 Scratch::Scratch(size_t bytes, const char* what) {
   if (bytes) check(cudaMallocAsync(&p_, bytes, stream()), what);
 }

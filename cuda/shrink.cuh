@@ -53,22 +53,10 @@ __device__ void shrinkRowByBlock(T* t, const A* a, int64_t numSlots, int32_t slo
   if (threadIdx.x == 0) t[r * rankRows + k] = fromF<T>(acc);
 }
 
-// The same by one warp alone: for many rows, where the rows give the parallelism and a
-// block's warps share the row of x through L1.
-template <typename T, typename A, typename F>
-__device__ void shrinkRowByWarp(T* t, const A* a, int64_t numSlots, int32_t slot, int64_t r, int64_t k,
-                                int64_t rankRows, int64_t in, bool vec, const SlotRanks& sr, F&& xAt) {
-  const int lane = threadIdx.x % 32;
-  float acc = 0;
-  if (slot > 0 && slot < numSlots && hasRankRow(sr, slot, k, rankRows)) acc = shrinkPart(a + (int64_t(slot) * rankRows + k) * in, in, 0, 1, lane, vec, xAt);
-  acc = warpSum(acc);
-  if (lane == 0) t[r * rankRows + k] = fromF<T>(acc);
-}
-
 // Up to this many rows the producing kernels shrink where they make x, each of a row's
 // rank-row blocks recomputing what it needs of the row, and loraShrink gives each rank row
 // a block. Above it (prefill, large batches) the rows give the parallelism: x is made once,
-// then loraShrink's warps take a rank row each, 8 to a block sharing the row.
+// then loraShrink's warps take a rank row each for a tile of rows, 8 to a block sharing it.
 constexpr int64_t kFusedShrinkRows = 16;
 
 inline bool rowsAligned16(const void* p, int64_t in, size_t elem) {

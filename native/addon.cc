@@ -96,6 +96,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports["synchronize"] = Napi::Function::New<Synchronize>(env, "synchronize");
   RegisterOps(env, exports);
   RegisterLoraOps(env, exports);
+  RegisterUpload(env, exports);
   RegisterGraph(env, exports);
   return exports;
 }

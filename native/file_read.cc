@@ -45,6 +45,9 @@ struct ReadArgs {
   int64_t fileOffset;
   DType src;
   int64_t count;
+  // Each element is multiplied by it before the rounding into dst (a LoRA B takes its
+  // adapter's alpha / r this way: one rounding, as a copy with scale on the device does).
+  float scale;
 };
 
 ReadArgs parseRead(const Napi::CallbackInfo& info, const char* op) {
@@ -67,13 +70,27 @@ ReadArgs parseRead(const Napi::CallbackInfo& info, const char* op) {
   if (isFloat(src) != isFloat(dst.dtype()) || (!isFloat(src) && src != dst.dtype()))
     throw Napi::TypeError::New(env, std::string(op) + ": cannot store " + dtypeName(src) + " data in a " +
                                         dtypeName(dst.dtype()) + " tensor");
-  return {&dst, dstOffset, path, fileOffset, src, count};
+  const float scale = info[6].IsUndefined() ? 1.0f : float(info[6].ToNumber().DoubleValue());
+  if (scale != 1.0f && !isFloat(src))
+    throw Napi::TypeError::New(env, std::string(op) + ": a scale needs float data, got " + dtypeName(src));
+  return {&dst, dstOffset, path, fileOffset, src, count, scale};
+}
+
+// n float elements of src (type s) times scale, rounded into dst (type d).
+void convertScaled(char* dst, DType d, const char* src, DType s, size_t n, float scale) {
+  if (scale == 1.0f) return convertFloats(dst, d, src, s, n);
+  for (size_t i = 0; i < n; ++i) {
+    const float v = scale * loadFloat(src, s, i);
+    if (d == DType::F32) reinterpret_cast<float*>(dst)[i] = v;
+    else reinterpret_cast<uint16_t*>(dst)[i] = d == DType::BF16 ? f32ToBf16(v) : f32ToF16(v);
+  }
 }
 
 // Reads into host memory; throws std::runtime_error naming the file.
-void readToHost(char* out, DType dstType, int fd, const std::string& path, int64_t fileOffset, DType src, int64_t count) {
+void readToHost(char* out, DType dstType, int fd, const std::string& path, int64_t fileOffset, DType src, int64_t count,
+                float scale) {
   size_t srcSize = dtypeSize(src), dstSize = dtypeSize(dstType);
-  if (src == dstType) {
+  if (src == dstType && scale == 1.0f) {
     preadAll(fd, out, size_t(count) * srcSize, off_t(fileOffset), path);
     return;
   }
@@ -83,7 +100,7 @@ void readToHost(char* out, DType dstType, int fd, const std::string& path, int64
   for (int64_t done = 0; done < count;) {
     size_t n = std::min<size_t>(chunk, size_t(count - done));
     preadAll(fd, staging.data(), n * srcSize, off_t(fileOffset + done * int64_t(srcSize)), path);
-    convertFloats(out + size_t(done) * dstSize, dstType, staging.data(), src, n);
+    convertScaled(out + size_t(done) * dstSize, dstType, staging.data(), src, n, scale);
     done += int64_t(n);
   }
 }
@@ -94,7 +111,7 @@ class ReadWorker : public Napi::AsyncWorker {
   ReadWorker(Napi::Env env, const ReadArgs& a)
       : Napi::AsyncWorker(env), deferred_(Napi::Promise::Deferred::New(env)), storage_(a.dst->storage()),
         out_(static_cast<char*>(a.dst->data()) + size_t(a.dstOffset) * dtypeSize(a.dst->dtype())),
-        dstType_(a.dst->dtype()), path_(a.path), fileOffset_(a.fileOffset), src_(a.src), count_(a.count) {}
+        dstType_(a.dst->dtype()), path_(a.path), fileOffset_(a.fileOffset), src_(a.src), count_(a.count), scale_(a.scale) {}
 
   Napi::Promise promise() { return deferred_.Promise(); }
 
@@ -102,7 +119,7 @@ class ReadWorker : public Napi::AsyncWorker {
     Fd fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
     if (fd.fd < 0) return SetError(path_ + ": cannot open: " + std::strerror(errno));
     try {
-      readToHost(out_, dstType_, fd.fd, path_, fileOffset_, src_, count_);
+      readToHost(out_, dstType_, fd.fd, path_, fileOffset_, src_, count_, scale_);
     } catch (const std::runtime_error& e) {
       SetError(e.what());
     }
@@ -119,6 +136,7 @@ class ReadWorker : public Napi::AsyncWorker {
   int64_t fileOffset_;
   DType src_;
   int64_t count_;
+  float scale_;
 };
 
 }  // namespace
@@ -153,22 +171,22 @@ Napi::Value ReadInto(const Napi::CallbackInfo& info) {
     if (dst.device() == Device::CUDA) {
       // Read (and convert) into one pinned buffer while the other is copied to the device.
       gpu::Uploader up(std::min<size_t>(chunk, size_t(count)) * dstSize);
-      std::vector<char> staging(src == dst.dtype() ? 0 : std::min<size_t>(chunk, size_t(count)) * srcSize);
+      std::vector<char> staging(src == dst.dtype() && a.scale == 1.0f ? 0 : std::min<size_t>(chunk, size_t(count)) * srcSize);
       for (int64_t done = 0; done < count;) {
         size_t n = std::min<size_t>(chunk, size_t(count - done));
         char* pinned = static_cast<char*>(up.buffer());
         off_t at = off_t(fileOffset + done * int64_t(srcSize));
-        if (src == dst.dtype()) {
+        if (src == dst.dtype() && a.scale == 1.0f) {
           preadAll(fd.fd, pinned, n * srcSize, at, path);
         } else {
           preadAll(fd.fd, staging.data(), n * srcSize, at, path);
-          convertFloats(pinned, dst.dtype(), staging.data(), src, n);
+          convertScaled(pinned, dst.dtype(), staging.data(), src, n, a.scale);
         }
         up.send(out + size_t(done) * dstSize, n * dstSize);
         done += int64_t(n);
       }
     } else {
-      readToHost(out, dst.dtype(), fd.fd, path, fileOffset, src, count);
+      readToHost(out, dst.dtype(), fd.fd, path, fileOffset, src, count, a.scale);
     }
   } catch (const gpu::Error& e) {
     throw Napi::Error::New(env, std::string("readInto: ") + e.what());

@@ -4,9 +4,9 @@
 
 namespace mstar {
 
-// readInto(dst, dstElementOffset, path, fileOffset, srcDtype, count): reads `count`
-// elements of `srcDtype` at `fileOffset` of `path` and stores them, converted to dst's
-// dtype, from element `dstElementOffset` of `dst` on.
+// readInto(dst, dstElementOffset, path, fileOffset, srcDtype, count, scale?): reads `count`
+// elements of `srcDtype` at `fileOffset` of `path` and stores them (times scale, if given),
+// converted to dst's dtype, from element `dstElementOffset` of `dst` on.
 Napi::Value ReadInto(const Napi::CallbackInfo& info);
 // readIntoAsync: the same read into a cpu tensor on a libuv thread; returns a Promise.
 Napi::Value ReadIntoAsync(const Napi::CallbackInfo& info);

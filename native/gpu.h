@@ -28,6 +28,25 @@ void copyToDevice(void* dst, const void* src, size_t bytes);
 void copyToHost(void* dst, const void* src, size_t bytes);
 void copyOnDevice(void* dst, const void* src, size_t bytes);  // asynchronous
 void synchronize();  // waits for every op enqueued so far (no-op before the first CUDA call)
+
+// Page-locked host memory, so host-to-device copies from it are asynchronous; nullptr where
+// there is no CUDA device (the caller falls back to ordinary memory). freePinned first waits
+// for the uploads that may still read it.
+void* allocPinned(size_t bytes) noexcept;
+void freePinned(void* p) noexcept;
+
+// One region of an adapter upload: rows x cols elements of elemBytes from src (rows
+// contiguous) into dst, whose rows are dstPitch bytes apart; src null: dst's rows zeroed.
+struct UploadRegion {
+  void* dst;
+  size_t dstPitch;
+  const void* src;
+  size_t rows, cols, elemBytes;
+};
+// Copies the regions on a side stream that first waits for every op enqueued so far and
+// that the stream waits for before any op enqueued later: the host does not wait, and the
+// compute stream runs on until it needs the data.
+void upload(const UploadRegion* regions, size_t count);
 // Free and total bytes of the current device (cudaMemGetInfo); throws Error without one.
 void memInfo(size_t* freeBytes, size_t* totalBytes);
 

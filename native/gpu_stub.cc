@@ -23,6 +23,9 @@ void copyToHost(void*, const void*, size_t) { none(); }
 void copyOnDevice(void*, const void*, size_t) { none(); }
 void synchronize() {}
 void memInfo(size_t*, size_t*) { none(); }
+void* allocPinned(size_t) noexcept { return nullptr; }
+void freePinned(void*) noexcept {}
+void upload(const UploadRegion*, size_t) { none(); }
 
 struct Uploader::Impl {};
 Uploader::Uploader(size_t) : impl_(nullptr) { none(); }

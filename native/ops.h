@@ -5,4 +5,5 @@
 namespace mstar {
 void RegisterOps(Napi::Env env, Napi::Object exports);
 void RegisterLoraOps(Napi::Env env, Napi::Object exports);
+void RegisterUpload(Napi::Env env, Napi::Object exports);
 }

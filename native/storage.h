@@ -16,7 +16,9 @@ struct Storage {
   size_t bytes;
   // CUDA only, made on the first copyFromAsync: the pinned buffer its uploads go through.
   std::unique_ptr<gpu::Staging> staging;
-  Storage(Device device, size_t bytes);
+  // CPU only: page-locked where a CUDA device exists, so uploads from it do not wait.
+  bool pinned = false;
+  Storage(Device device, size_t bytes, bool pinned = false);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;

@@ -293,7 +293,7 @@ Device parseDevice(const Napi::Value& v, const char* what) {
   throw Napi::TypeError::New(v.Env(), std::string(what) + ": device must be 'cpu' or 'cuda'");
 }
 
-static Napi::Value make(const Napi::CallbackInfo& info, bool zero, size_t deviceArg, const char* op) {
+static Napi::Value make(const Napi::CallbackInfo& info, bool zero, size_t deviceArg, const char* op, bool pinned = false) {
   Napi::Env env = info.Env();
   DType dtype;
   try {
@@ -302,7 +302,7 @@ static Napi::Value make(const Napi::CallbackInfo& info, bool zero, size_t device
     throw Napi::TypeError::New(env, e.what());
   }
   std::vector<int64_t> shape = parseShape(info[1], "shape");
-  Device device = parseDevice(info[deviceArg], op);
+  Device device = pinned ? Device::CPU : parseDevice(info[deviceArg], op);
   // Refuse sizes whose byte count would overflow instead of allocating a wrong-sized buffer.
   const int64_t limit = int64_t(1) << 48;
   int64_t elements = 1;
@@ -312,7 +312,7 @@ static Napi::Value make(const Napi::CallbackInfo& info, bool zero, size_t device
   }
   size_t bytes = size_t(elements) * dtypeSize(dtype);
   return withErrors(env, op, [&] {
-    auto storage = std::make_shared<Storage>(device, bytes);
+    auto storage = std::make_shared<Storage>(device, bytes, pinned);
     if (zero && device == Device::CPU) std::memset(storage->data, 0, bytes);
     if (zero && device == Device::CUDA) gpu::memsetAsync(storage->data, 0, bytes);
     return Tensor::New(env, storage, dtype, shape, 0);
@@ -321,6 +321,7 @@ static Napi::Value make(const Napi::CallbackInfo& info, bool zero, size_t device
 
 Napi::Value Empty(const Napi::CallbackInfo& info) { return make(info, false, 2, "empty"); }
 Napi::Value Zeros(const Napi::CallbackInfo& info) { return make(info, true, 2, "zeros"); }
+Napi::Value PinnedEmpty(const Napi::CallbackInfo& info) { return make(info, false, 2, "pinnedEmpty", true); }
 
 Napi::Value FromArray(const Napi::CallbackInfo& info) {
   Napi::Value obj = make(info, false, 3, "fromArray");

@@ -61,6 +61,8 @@ class Tensor : public Napi::ObjectWrap<Tensor> {
 Napi::Value Empty(const Napi::CallbackInfo& info);
 Napi::Value Zeros(const Napi::CallbackInfo& info);
 Napi::Value FromArray(const Napi::CallbackInfo& info);
+// pinnedEmpty(dtype, shape): a cpu tensor in page-locked memory where a CUDA device exists.
+Napi::Value PinnedEmpty(const Napi::CallbackInfo& info);
 std::vector<int64_t> parseShape(const Napi::Value& v, const char* what);
 // 'cpu' | 'cuda'; undefined means cpu.
 Device parseDevice(const Napi::Value& v, const char* what);

@@ -34,6 +34,14 @@ export interface Tensor {
   to(device: DeviceName): Tensor;
 }
 
+/** One region of an upload: see Binding.upload. */
+export interface UploadRegion {
+  dst: Tensor;
+  src?: Tensor;
+  row?: number;
+  col?: number;
+}
+
 /** A captured CUDA graph: the ops one call enqueued, replayed on the same tensors. */
 export interface Graph {
   readonly disposed: boolean;
@@ -67,10 +75,26 @@ export interface Binding {
   fromArray(
     dtype: DType, shape: number[], data: Float32Array | Int32Array | BigInt64Array | Uint16Array, device?: DeviceName,
   ): Tensor;
-  /** Reads `count` elements of `srcDtype` at `fileOffset` of `path` into dst from element `dstOffset`. */
-  readInto(dst: Tensor, dstOffset: number, path: string, fileOffset: number, srcDtype: DType, count: number): void;
+  /**
+   * Reads `count` elements of `srcDtype` at `fileOffset` of `path` into dst from element
+   * `dstOffset`, each times `scale` (default 1) before it is rounded to dst's dtype.
+   */
+  readInto(dst: Tensor, dstOffset: number, path: string, fileOffset: number, srcDtype: DType, count: number, scale?: number): void;
   /** readInto on a libuv thread, into a cpu tensor; resolves when the bytes are in place. */
-  readIntoAsync(dst: Tensor, dstOffset: number, path: string, fileOffset: number, srcDtype: DType, count: number): Promise<void>;
+  readIntoAsync(
+    dst: Tensor, dstOffset: number, path: string, fileOffset: number, srcDtype: DType, count: number, scale?: number,
+  ): Promise<void>;
+  /** A cpu tensor in page-locked memory where a CUDA device exists (ordinary memory elsewhere), so uploads from it do not wait. */
+  pinnedEmpty(dtype: DType, shape: number[]): Tensor;
+  /**
+   * Copies host tensors into regions of device tensors without waiting: each region's
+   * dst[row.., col..] = src (both 2-D, one dtype), or with no src, all of dst is zeroed.
+   * Every dst is on one device. On cuda the copies run on a side stream after every op
+   * enqueued before the call, and every op enqueued after it waits for them; a pinned src
+   * (pinnedEmpty) copies asynchronously and is freed only once they ran, so it must not be
+   * written meanwhile. On cpu, plain copies. Checks every region before copying any.
+   */
+  upload(regions: UploadRegion[]): void;
   buildInfo(): BuildInfo;
   /** Never throws: {count: 0, error} where CUDA is unusable. */
   cudaDevices(): { count: number; error?: string };

@@ -131,6 +131,7 @@ export class Engine {
   }
 
   step(): RequestOutput[] {
+    if (this.lora) this.takeTurns(this.lora);
     const batch = this.scheduler.schedule();
     const outputs: RequestOutput[] = this.endUnreadable();
     if (batch.length === 0) return outputs;
@@ -149,6 +150,21 @@ export class Engine {
       outputs.push(this.output(e.seq, [s.tokenId], s.logprob ? [s.logprob] : undefined, reason, stopToken));
     }
     return outputs;
+  }
+
+  /**
+   * Time slices of the adapter slots: when the oldest request waiting for a slot finds
+   * every slot pinned, and the longest-held slot's slice is over, that slot's requests
+   * pause (keeping their KV) and the slot takes the waiting adapter. The paused requests
+   * queue behind it, so the waiter is the first to claim the slot.
+   */
+  private takeTurns(lora: LoraManager): void {
+    lora.tick();
+    const waiter = this.scheduler.waiting.find((s) => s.adapterKey !== null && !lora.isResident(s.adapterKey));
+    const slot = waiter && lora.turnFor(waiter.adapterKey!);
+    if (slot === undefined) return;
+    this.scheduler.pause((s) => s.slot === slot);
+    lora.handOver(slot, waiter!.adapterKey!);
   }
 
   stats(): EngineStats {

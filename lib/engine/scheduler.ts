@@ -57,6 +57,21 @@ export class Scheduler {
     this.blocks.release(seq);
   }
 
+  /**
+   * Takes the running sequences `which` picks out of the batch, keeping their KV: they
+   * wait behind everything queued and resume where they stopped. Returns how many.
+   */
+  pause(which: (seq: Sequence) => boolean): number {
+    const paused = this.running.filter(which);
+    for (const seq of paused) {
+      this.running.splice(this.running.indexOf(seq), 1);
+      this.hooks.release(seq);
+      seq.status = 'waiting';
+      this.waiting.push(seq);
+    }
+    return paused.length;
+  }
+
   schedule(): ScheduledSeq[] {
     const out: ScheduledSeq[] = [];
     let budget = this.limits.maxNumBatchedTokens;

@@ -74,6 +74,8 @@ export interface EngineStats {
     loads: number;
     evictions: number;
     loadSeconds: number;
+    /** Pinned slots handed to a waiting adapter at the end of a time slice (their requests paused). */
+    turns: number;
   };
 }
 

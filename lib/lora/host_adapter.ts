@@ -1,8 +1,12 @@
-// An adapter read into host memory (the host cache): its A and B tensors as stored in the
-// file, ready to be copied into any slot without touching the disk again. Reads run on
-// libuv threads, so the engine keeps stepping while an adapter comes off the disk.
+// An adapter read into host memory (the host cache), laid out as a GPU slot holds it: in
+// the activation dtype, B already times the adapter's scale, an embedding's A transposed.
+// Loading a slot is then a batch of plain region copies (addon.upload), from page-locked
+// memory when the model is on cuda, so it neither waits for the GPU nor runs a kernel per
+// tensor. Reads (and the conversions) run on libuv threads, so the engine keeps stepping
+// while an adapter comes off the disk.
 import { addon, type FloatDType, type Tensor } from '../addon/index.js';
 import type { TensorEntry } from '../checkpoint/safetensors.js';
+import type { Placement } from '../models/placement.js';
 import type { Weights } from '../models/weights.js';
 import type { Adapter, AdapterModule } from './adapter.js';
 import { AdapterError } from './errors.js';
@@ -11,7 +15,9 @@ const DTYPE: Record<string, FloatDType> = { BF16: 'bf16', F16: 'f16', F32: 'f32'
 
 export interface HostModule {
   module: AdapterModule;
+  /** [rank, in]; for an embedding Aᵀ, [vocab, rank]. */
   a: Tensor;
+  /** [out, rank], times the module's scale. */
   b: Tensor;
 }
 
@@ -19,15 +25,28 @@ export class HostAdapter {
   private constructor(readonly adapter: Adapter, readonly modules: HostModule[], readonly bytes: number) {}
 
   /** Reads every A and B; checks PEFT's saved base copies against the served base weights. */
-  static async read(adapter: Adapter, base: Weights): Promise<HostAdapter> {
+  static async read(adapter: Adapter, base: Weights, placement: Placement): Promise<HostAdapter> {
     const owned: Tensor[] = [];
-    const read = (e: TensorEntry): Promise<Tensor> => {
-      const t = addon.empty(DTYPE[e.dtype], [...e.shape]);
+    const alloc = (dtype: FloatDType, shape: number[], pinned: boolean): Tensor => {
+      const t = pinned && placement.device === 'cuda' ? addon.pinnedEmpty(dtype, shape) : addon.empty(dtype, shape);
       owned.push(t);
-      return addon.readIntoAsync(t, 0, e.file, e.offset, DTYPE[e.dtype], e.nbytes / (e.dtype === 'F32' ? 4 : 2)).then(() => t);
+      return t;
+    };
+    const read = async (e: TensorEntry, dtype: FloatDType, pinned: boolean, scale = 1): Promise<Tensor> => {
+      const t = alloc(dtype, [...e.shape], pinned);
+      await addon.readIntoAsync(t, 0, e.file, e.offset, DTYPE[e.dtype], e.nbytes / (e.dtype === 'F32' ? 4 : 2), scale);
+      return t;
+    };
+    const act = placement.act;
+    /** An embedding's lora_embedding_A [rank, vocab] as the slot's [vocab, rank]. */
+    const transposed = async (e: TensorEntry): Promise<Tensor> => {
+      const file = await read(e, DTYPE[e.dtype], false);
+      const t = alloc(act, [e.shape[1], e.shape[0]], true);
+      addon.copyRegion(t, file, 0, 0, 1, true);
+      return t;
     };
     try {
-      const copies = await Promise.all(adapter.baseCopies.map((c) => read(c.entry)));
+      const copies = await Promise.all(adapter.baseCopies.map((c) => read(c.entry, DTYPE[c.entry.dtype], false)));
       adapter.baseCopies.forEach((copy, i) => {
         const t = copies[i];
         const w = base.get(copy.engine)!;
@@ -38,9 +57,14 @@ export class HostAdapter {
           throw new AdapterError(`adapter ${adapter.name}: ${copy.entry.file}: ${copy.entry.key} is a full copy of ${copy.engine} that differs from the base model's; adapters that retrain ${copy.engine} are not supported`);
         }
       });
-      copies.forEach((t) => t.dispose());
-      const modules = await Promise.all(adapter.modules.map(async (m) => ({ module: m, a: await read(m.a), b: await read(m.b) })));
-      const bytes = adapter.modules.reduce((n, m) => n + m.a.nbytes + m.b.nbytes, 0);
+      const modules = await Promise.all(adapter.modules.map(async (m) => ({
+        module: m,
+        a: m.embedding ? await transposed(m.a) : await read(m.a, act, true),
+        b: await read(m.b, act, true, m.scale),
+      })));
+      const kept = new Set(modules.flatMap((m) => [m.a, m.b]));
+      owned.filter((t) => !kept.has(t)).forEach((t) => t.dispose());
+      const bytes = modules.reduce((n, m) => n + [m.a, m.b].reduce((k, t) => k + t.shape[0] * t.shape[1] * (act === 'f32' ? 4 : 2), 0), 0);
       return new HostAdapter(adapter, modules, bytes);
     } catch (e) {
       owned.forEach((t) => t.dispose());

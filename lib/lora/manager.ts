@@ -14,7 +14,14 @@ export interface LoraOptions {
   maxRank: number;
   hostCache: number;
   targets: string[];
+  /**
+   * Engine steps an adapter keeps a pinned slot before a waiting adapter may take it over
+   * (default 16: a few tens of ms of decode, against one upload of the adapter).
+   */
+  sliceSteps?: number;
 }
+
+const SLICE_STEPS = 16;
 
 export interface LoraStats {
   registered: number;
@@ -22,6 +29,8 @@ export interface LoraStats {
   loads: number;
   evictions: number;
   loadSeconds: number;
+  /** Pinned slots handed to a waiting adapter at the end of a time slice. */
+  turns: number;
 }
 
 interface Registered {
@@ -44,8 +53,11 @@ export class LoraManager {
   private readonly reading = new Set<string>();
   private readonly failed = new Map<string, string>();
   private generation = 0;
+  /** The engine's step count: time slices are measured in steps. */
+  private step = 0;
   loads = 0;
   loadSeconds = 0;
+  turns = 0;
 
   constructor(private readonly model: Model, readonly options: LoraOptions) {
     this.limits = { maxRank: options.maxRank, targets: new Set(options.targets) };
@@ -57,7 +69,7 @@ export class LoraManager {
   async register(name: string, path: string): Promise<void> {
     const taken = () => new AdapterError(`adapter ${name} is already loaded (from ${this.byName.get(name)!.path})`);
     if (this.byName.has(name)) throw taken();
-    const host = await HostAdapter.read(readAdapter(name, path, this.model.config, this.limits), this.model.weights);
+    const host = await HostAdapter.read(readAdapter(name, path, this.model.config, this.limits), this.model.weights, this.model.placement);
     if (this.byName.has(name)) {  // registered by a concurrent call while this one read
       host.dispose();
       throw taken();
@@ -124,29 +136,55 @@ export class LoraManager {
    */
   acquire(key: string): number | null | 'failed' {
     if (this.failed.has(key)) return 'failed';
-    const resident = this.table.slotOf(key) !== undefined;
-    if (!resident && !this.host.has(key)) {
+    if (!this.isResident(key) && !this.host.has(key)) {
       this.readBack(key);
       return null;
     }
-    const got = this.table.acquire(key);
+    const got = this.table.acquire(key, this.step);
     if (!got) return null;
-    if (got.load) {
-      const t0 = performance.now();
-      try {
-        this.weights.load(got.slot, this.hostAdapter(key));
-      } catch (e) {
-        // The slot was already given to this adapter: give it back empty, then fail the adapter.
-        this.table.release(got.slot);
-        this.table.drop(key);
-        this.weights.clear(got.slot);
-        this.failed.set(key, `adapter ${this.byKey.get(key)?.name} could not be copied into slot ${got.slot}: ${(e as Error).message}`);
-        return 'failed';
-      }
-      this.loadSeconds += (performance.now() - t0) / 1000;
-      this.loads++;
-    }
+    if (got.load && !this.loadInto(got.slot, key, () => this.table.release(got.slot))) return 'failed';
     return got.slot;
+  }
+
+  /** Called once per engine step, before scheduling. */
+  tick(): void {
+    this.step++;
+  }
+
+  /**
+   * The pinned slot that a request waiting on `key` may take over now (its adapter's time
+   * slice is over), or undefined. The engine pauses the slot's requests, then hands it over.
+   */
+  turnFor(key: string): number | undefined {
+    if (this.failed.has(key) || this.isResident(key) || !this.host.has(key)) return undefined;
+    return this.table.turnOver(this.step, this.options.sliceSteps ?? SLICE_STEPS);
+  }
+
+  /** Puts `key` into `slot`, which no request pins any more; false if the copy failed. */
+  handOver(slot: number, key: string): boolean {
+    this.table.replace(slot, key, this.step);
+    this.turns++;
+    return this.loadInto(slot, key);
+  }
+
+  /**
+   * Copies the host copy of `key` into `slot` (just given to it). On failure the slot is
+   * given back empty (`unpin` first undoes the caller's pin) and the adapter fails.
+   */
+  private loadInto(slot: number, key: string, unpin = () => {}): boolean {
+    const t0 = performance.now();
+    try {
+      this.weights.load(slot, this.hostAdapter(key));
+    } catch (e) {
+      unpin();
+      this.table.drop(key);
+      this.weights.clear(slot);
+      this.failed.set(key, `adapter ${this.byKey.get(key)?.name} could not be copied into slot ${slot}: ${(e as Error).message}`);
+      return false;
+    }
+    this.loadSeconds += (performance.now() - t0) / 1000;
+    this.loads++;
+    return true;
   }
 
   /**
@@ -164,7 +202,10 @@ export class LoraManager {
   }
 
   stats(): LoraStats {
-    return { registered: this.byName.size, resident: this.table.resident, loads: this.loads, evictions: this.table.evictions, loadSeconds: this.loadSeconds };
+    return {
+      registered: this.byName.size, resident: this.table.resident, loads: this.loads, evictions: this.table.evictions,
+      loadSeconds: this.loadSeconds, turns: this.turns,
+    };
   }
 
   /** The host copy of a key (present: acquire checked), moved to the LRU's young end. */
@@ -183,7 +224,7 @@ export class LoraManager {
     // readAdapter throws synchronously (folder gone, header changed): chain it so that
     // failure, too, ends only the requests on this adapter, never the engine.
     Promise.resolve().then(() => readAdapter(reg.name, reg.path, this.model.config, this.limits))
-      .then((adapter) => HostAdapter.read(adapter, this.model.weights)).then(
+      .then((adapter) => HostAdapter.read(adapter, this.model.weights, this.model.placement)).then(
       (h) => {
         this.reading.delete(key);
         if (this.byKey.has(key)) this.cache(key, h);

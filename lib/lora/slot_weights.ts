@@ -3,7 +3,7 @@
 // [slots, vocab, R] so a row gather does the shrink. Scales are folded into b at load; ranks
 // below R are zero-padded, and `ranks` tells the kernels each slot's rank per slice, so the
 // padding is neither read nor multiplied.
-import { addon, type Tensor } from '../addon/index.js';
+import { addon, type Tensor, type UploadRegion } from '../addon/index.js';
 import type { ModelConfig } from '../checkpoint/config.js';
 import { rulesFor } from '../checkpoint/families/index.js';
 import { engineWeights } from '../checkpoint/rules.js';
@@ -56,55 +56,56 @@ export class SlotWeights {
     }
   }
 
-  /** Copies an adapter into a slot (everything it does not target is zero). */
+  /**
+   * Copies an adapter into a slot (everything it does not target is zero): region copies
+   * from its host copy that the GPU runs beside the steps already queued; the next step
+   * waits for them on the GPU, the host does not.
+   */
   load(slot: number, host: HostAdapter): void {
-    this.zero(slot);
-    const device = this.placement.device;
-    for (const { module: m, a: hostA, b: hostB } of host.modules) {
-      // The host cache stays in host memory; each load copies it over (a no-op view on the CPU).
-      const a = device === 'cpu' ? hostA : hostA.to(device);
-      const b = device === 'cpu' ? hostB : hostB.to(device);
+    const regions: UploadRegion[] = [];
+    const views: Tensor[] = [];
+    const view = (stack: Tensor): Tensor => {
+      const v = slice(stack, slot);
+      views.push(v);
+      return v;
+    };
+    const ranks = new Map<LoraTarget, Int32Array>();
+    for (const t of this.targets.values()) ranks.set(t, new Int32Array(t.ranks.shape[1]));
+    for (const { module: m, a, b } of host.modules) {
       const t = this.targets.get(m.location.engine)!;
-      const aSlot = slice(t.a, slot), bSlot = slice(t.b, slot);
-      const slices = t.ranks.shape[1];
-      if (t.embedding) {
-        addon.copyRegion(aSlot, a, 0, 0, 1, true);
-        addon.copyRegion(bSlot, b, 0, 0, m.scale, false);
-        t.hostRanks[slot * slices] = a.shape[0];
-      } else {
-        const j = t.sliceOffsets.indexOf(m.location.rowOffset);
-        addon.copyRegion(aSlot, a, j * this.rank, 0, 1, false);
-        addon.copyRegion(bSlot, b, m.location.rowOffset, 0, m.scale, false);
-        t.hostRanks[slot * slices + j] = a.shape[0];
-      }
-      aSlot.dispose();
-      bSlot.dispose();
-      if (a !== hostA) a.dispose();
-      if (b !== hostB) b.dispose();
+      const j = t.embedding ? 0 : t.sliceOffsets.indexOf(m.location.rowOffset);
+      regions.push({ dst: view(t.a), src: a, row: j * this.rank }, { dst: view(t.b), src: b, row: t.embedding ? 0 : m.location.rowOffset });
+      ranks.get(t)![j] = m.rank;
     }
+    // A target the adapter covers only in part keeps zeros elsewhere: zero it first (the
+    // kernels skip padding by rank, but stale rows of an earlier adapter must not linger).
+    const full = [...ranks].filter(([, r]) => r.every((k) => k === this.rank)).map(([t]) => t);
+    const zeros = [...this.targets.values()].filter((t) => !full.includes(t)).flatMap((t) => [{ dst: view(t.a) }, { dst: view(t.b) }]);
+    try {
+      addon.upload([...zeros, ...regions]);
+    } finally {
+      views.forEach((v) => v.dispose());
+    }
+    for (const [t, r] of ranks) t.hostRanks.set(r, slot * r.length);
     this.uploadRanks();
   }
 
   clear(slot: number): void {
-    this.zero(slot);
-    this.uploadRanks();
-  }
-
-  /** Zeros the slot's A and B, and its ranks on the host. */
-  private zero(slot: number): void {
+    const views = [...this.targets.values()].flatMap((t) => [slice(t.a, slot), slice(t.b, slot)]);
+    try {
+      addon.upload(views.map((dst) => ({ dst })));
+    } finally {
+      views.forEach((v) => v.dispose());
+    }
     for (const t of this.targets.values()) {
-      for (const x of [t.a, t.b]) {
-        const s = x.narrow(slot, 1);
-        addon.fill(s, 0);
-        s.dispose();
-      }
       const slices = t.ranks.shape[1];
       t.hostRanks.fill(0, slot * slices, (slot + 1) * slices);
     }
+    this.uploadRanks();
   }
 
   private uploadRanks(): void {
-    for (const t of this.targets.values()) t.ranks.copyFrom(t.hostRanks);
+    for (const t of this.targets.values()) t.ranks.copyFromAsync(t.hostRanks);
   }
 
   dispose(): void {

@@ -1,13 +1,16 @@
 // Which adapter (by its registration key) sits in which GPU slot. Slot 0 is the zero adapter and never changes hands.
 // Running requests pin their slot; a free or least-recently-used unpinned slot takes a new
-// adapter. When every slot is pinned, the least recently used one is marked draining: no new
-// request joins it, so it empties and the oldest waiter gets it — nobody waits forever.
+// adapter. When every slot is pinned, slots take turns (time slices): once an adapter has
+// held its slot for a slice, a waiting adapter may take it over; the engine pauses the
+// requests on it (their KV stays) and they resume at their adapter's next turn. So nobody
+// waits longer than a few slices, and the batch never empties to hand a slot over.
 
 export interface SlotState {
   adapter: string | null;
   pins: number;
   lastUsed: number;
-  draining: boolean;
+  /** Engine step at which the adapter came into the slot. */
+  since: number;
 }
 
 export type Acquired = { slot: number; load: boolean } | null;
@@ -18,7 +21,7 @@ export class SlotTable {
   evictions = 0;
 
   constructor(count: number) {
-    this.slots = Array.from({ length: count + 1 }, () => ({ adapter: null, pins: 0, lastUsed: 0, draining: false }));
+    this.slots = Array.from({ length: count + 1 }, () => ({ adapter: null, pins: 0, lastUsed: 0, since: 0 }));
   }
 
   slotOf(adapter: string): number | undefined {
@@ -28,26 +31,17 @@ export class SlotTable {
 
   /**
    * Pins a slot holding `adapter` for one request; `load` says the adapter must be copied in
-   * first. Null when the request has to wait for a slot.
+   * first. Null when the request has to wait for a slot. `step`: the engine's step count.
    */
-  acquire(adapter: string): Acquired {
+  acquire(adapter: string, step: number): Acquired {
     const resident = this.slotOf(adapter);
     if (resident !== undefined) {
-      const s = this.slots[resident];
-      // A draining slot still serves its adapter once emptied, if no older waiter took it.
-      if (s.draining && s.pins > 0) return null;
-      s.draining = false;
       this.pin(resident);
       return { slot: resident, load: false };
     }
     const free = this.pickVictim();
-    if (free === undefined) {
-      this.markDraining();
-      return null;
-    }
-    const s = this.slots[free];
-    if (s.adapter !== null) this.evictions++;
-    Object.assign(s, { adapter, draining: false });
+    if (free === undefined) return null;
+    this.place(free, adapter, step);
     this.pin(free);
     return { slot: free, load: true };
   }
@@ -65,11 +59,38 @@ export class SlotTable {
     if (i === undefined) return;
     const s = this.slots[i];
     if (s.pins > 0) throw new Error(`slot ${i} still has ${s.pins} request(s) on ${adapter}`);
-    Object.assign(s, { adapter: null, draining: false });
+    Object.assign(s, { adapter: null });
+  }
+
+  /**
+   * The slot to hand to a waiting adapter when every slot is pinned: the one whose adapter
+   * came in first, once it has held it for `slice` steps. Undefined while a slot is free or
+   * unpinned (acquire takes those) or no turn is over yet.
+   */
+  turnOver(step: number, slice: number): number | undefined {
+    if (this.pickVictim() !== undefined) return undefined;
+    let oldest: number | undefined;
+    for (let i = 1; i < this.slots.length; i++) {
+      if (oldest === undefined || this.slots[i].since < this.slots[oldest].since) oldest = i;
+    }
+    return oldest !== undefined && step - this.slots[oldest].since >= slice ? oldest : undefined;
+  }
+
+  /** Gives an unpinned slot to `adapter` (the engine paused the requests that pinned it). */
+  replace(slot: number, adapter: string, step: number): void {
+    const s = this.slots[slot];
+    if (s.pins > 0) throw new Error(`slot ${slot} still has ${s.pins} request(s) on ${s.adapter}`);
+    this.place(slot, adapter, step);
   }
 
   get resident(): number {
     return this.slots.filter((s, i) => i > 0 && s.adapter !== null).length;
+  }
+
+  private place(i: number, adapter: string, step: number): void {
+    const s = this.slots[i];
+    if (s.adapter !== null) this.evictions++;
+    Object.assign(s, { adapter, since: step });
   }
 
   private pin(i: number): void {
@@ -78,25 +99,15 @@ export class SlotTable {
     s.lastUsed = ++this.clock;
   }
 
-  /** An empty slot, else the least recently used unpinned one (draining ones first). */
+  /** An empty slot, else the least recently used unpinned one. */
   private pickVictim(): number | undefined {
     let best: number | undefined;
     for (let i = 1; i < this.slots.length; i++) {
       const s = this.slots[i];
       if (s.pins > 0) continue;
       if (s.adapter === null) return i;
-      const b = best === undefined ? undefined : this.slots[best];
-      if (!b || (s.draining && !b.draining) || (s.draining === b.draining && s.lastUsed < b.lastUsed)) best = i;
+      if (best === undefined || s.lastUsed < this.slots[best].lastUsed) best = i;
     }
     return best;
-  }
-
-  private markDraining(): void {
-    if (this.slots.some((s, i) => i > 0 && s.draining)) return;
-    let lru = 0;
-    for (let i = 1; i < this.slots.length; i++) {
-      if (lru === 0 || this.slots[i].lastUsed < this.slots[lru].lastUsed) lru = i;
-    }
-    if (lru > 0) this.slots[lru].draining = true;
   }
 }

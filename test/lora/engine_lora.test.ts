@@ -84,16 +84,40 @@ describe('LoRA in the engine', () => {
     expect(s.running + s.waiting).toBe(0);
   });
 
-  it('a pinned-out adapter still gets a slot: nobody waits forever', async () => {
-    const e = await withAdapters(engine(lora(1)));
-    // A long stream of qv requests keeps slot 1 busy; an emb request arrives in between.
-    for (let i = 0; i < 6; i++) e.add({ id: `qv${i}`, promptIds: ps[0], params: greedy(4), adapter: 'qv' });
-    e.step();
+  it('a pinned-out adapter gets the slot when the time slice ends; the paused requests resume intact', async () => {
+    const sliceSteps = 3;
+    const e = await withAdapters(engine({ lora: { ...lora(1).lora, sliceSteps } }));
+    // A stream of long qv requests keeps slot 1 pinned; an emb request arrives after the first step.
+    for (let i = 0; i < 4; i++) e.add({ id: `qv${i}`, promptIds: ps[i], params: greedy(12), adapter: 'qv' });
+    const tokens = new Map<string, number[]>();
+    const take = (outs: RequestOutput[]) => outs.forEach((o) => tokens.set(o.id, [...(tokens.get(o.id) ?? []), ...o.newTokenIds]));
+    take(e.step());
     e.add({ id: 'emb', promptIds: ps[1], params: greedy(4), adapter: 'emb' });
-    for (let i = 6; i < 12; i++) e.add({ id: `qv${i}`, promptIds: ps[0], params: greedy(4), adapter: 'qv' });
-    const order: string[] = [];
-    while (e.hasWork()) for (const o of e.step()) if (o.finishReason) order.push(o.id);
-    expect(order.indexOf('emb')).toBeLessThan(order.indexOf('qv6'));
+    let steps = 1, embFirst = 0;
+    while (e.hasWork()) {
+      const outs = e.step();
+      steps++;
+      if (!embFirst && outs.some((o) => o.id === 'emb')) embFirst = steps;
+      take(outs);
+    }
+    expect(embFirst).toBe(1 + sliceSteps);  // qv's slice began at step 1
+    expect(e.stats().lora!.turns).toBeGreaterThanOrEqual(2);  // and qv took the slot back
+    expect(tokens.get('emb')).toEqual(await alone(ps[1], 'emb', 4));
+    for (let i = 0; i < 4; i++) expect(tokens.get(`qv${i}`)).toEqual(await alone(ps[i], 'qv', 12));
+    expect(e.stats().kvBlocksUsed).toBe(0);
+  });
+
+  it('churn in one-step slices: every request keeps its own tokens through pauses', async () => {
+    const names = ['qv', 'mlp', 'emb'];
+    const reqs = Array.from({ length: 9 }, (_, i) => ({ p: ps[i % 4], adapter: names[i % 3] }));
+    const e = await withAdapters(engine({ lora: { ...lora(2).lora, sliceSteps: 1 } }));
+    reqs.forEach((r, i) => e.add({ id: `${i}`, promptIds: r.p, params: greedy(7), adapter: r.adapter }));
+    const out = runAll(e);
+    for (const [i, r] of reqs.entries()) expect(out.get(`${i}`)!.tokens).toEqual(await alone(r.p, r.adapter, 7));
+    const s = e.stats();
+    expect(s.lora!.turns).toBeGreaterThan(3);
+    expect(s.kvBlocksUsed).toBe(0);
+    expect(s.running + s.waiting).toBe(0);
   });
 
   it('reads adapters evicted from the host cache back off-thread; base rows keep stepping meanwhile', async () => {

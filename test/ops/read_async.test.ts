@@ -20,6 +20,17 @@ describe('readIntoAsync', () => {
     expect(Array.from(bf16.toArray() as Float32Array)).toEqual(Array.from(addon.fromArray("bf16", [100], values).toArray() as Float32Array));
   });
 
+  it('multiplies by a scale before the one rounding into the tensor, sync and async', async () => {
+    const scale = 1 / 3;
+    const want = addon.fromArray('bf16', [100], values.map((v) => Math.fround(scale * v))).toArray();
+    const sync = addon.empty('bf16', [100]);
+    addon.readInto(sync, 0, file, 16, 'f32', 100, scale);
+    const async = addon.pinnedEmpty('bf16', [10, 10]);
+    await addon.readIntoAsync(async, 0, file, 16, 'f32', 100, scale);
+    expect(Array.from(sync.toArray())).toEqual(Array.from(want));
+    expect(Array.from(async.toArray())).toEqual(Array.from(want));
+  });
+
   it('keeps the memory alive when the tensor is disposed mid-read', async () => {
     const t = addon.empty('f32', [100]);
     const done = addon.readIntoAsync(t, 0, file, 16, 'f32', 100);

@@ -1,0 +1,89 @@
+// pinnedEmpty and upload: how an adapter's host copy reaches its GPU slot without the
+// engine waiting. The host cache keeps each adapter in page-locked memory, laid out as
+// the slot holds it, so loading a slot is a batch of asynchronous region copies on a side
+// stream (gpu::upload) instead of a synchronous copy and a kernel per tensor.
+#include <napi.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gpu.h"
+#include "tensor.h"
+
+namespace mstar {
+namespace {
+
+[[noreturn]] void fail(Napi::Env env, size_t i, const std::string& msg) {
+  throw Napi::Error::New(env, "upload: region " + std::to_string(i) + ": " + msg);
+}
+
+// {dst, src?, row?, col?} checked and turned into a region; throws before anything is copied.
+gpu::UploadRegion region(Napi::Env env, const Napi::Value& v, size_t i) {
+  if (!v.IsObject()) fail(env, i, "must be an object {dst, src?, row?, col?}");
+  Napi::Object o = v.As<Napi::Object>();
+  auto tensor = [&](const char* key) -> Tensor* {
+    Napi::Value t = o.Get(key);
+    if (t.IsUndefined() || t.IsNull()) return nullptr;
+    if (!Tensor::Is(t)) fail(env, i, std::string(key) + " must be a Tensor");
+    Tensor* x = Tensor::Unwrap(t.As<Napi::Object>());
+    if (x->disposed()) fail(env, i, std::string(key) + " is a disposed Tensor");
+    return x;
+  };
+  auto offset = [&](const char* key) -> int64_t {
+    Napi::Value n = o.Get(key);
+    if (n.IsUndefined()) return 0;
+    double d = n.IsNumber() ? n.As<Napi::Number>().DoubleValue() : -1;
+    if (d < 0 || d != double(int64_t(d))) fail(env, i, std::string(key) + " must be an integer >= 0");
+    return int64_t(d);
+  };
+  Tensor* dst = tensor("dst");
+  if (!dst) fail(env, i, "dst is missing");
+  Tensor* src = tensor("src");
+  const size_t elem = dtypeSize(dst->dtype());
+  if (!src) return {dst->data(), dst->bytes(), nullptr, 1, size_t(dst->numel()), elem};
+  if (src->device() != Device::CPU) fail(env, i, "src must be a cpu tensor, got a " + src->describe() + " on cuda");
+  if (dst->rank() != 2 || src->rank() != 2) fail(env, i, "dst " + dst->describe() + " and src " + src->describe() + " must be 2-D");
+  if (dst->dtype() != src->dtype()) fail(env, i, "src " + src->describe() + " must have dst's dtype (" + dst->describe() + ")");
+  const int64_t row = offset("row"), col = offset("col");
+  if (row + src->dim(0) > dst->dim(0) || col + src->dim(1) > dst->dim(1))
+    fail(env, i, "src " + src->describe() + " at (" + std::to_string(row) + ", " + std::to_string(col) +
+                     ") does not fit in dst " + dst->describe());
+  char* at = static_cast<char*>(dst->data()) + size_t(row * dst->dim(1) + col) * elem;
+  return {at, size_t(dst->dim(1)) * elem, src->data(), size_t(src->dim(0)), size_t(src->dim(1)), elem};
+}
+
+// upload(regions): see lib/addon/types.ts. Every region's dst is on one device.
+Napi::Value Upload(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsArray()) throw Napi::TypeError::New(env, "upload: regions must be an array");
+  Napi::Array list = info[0].As<Napi::Array>();
+  std::vector<gpu::UploadRegion> regions;
+  bool cuda = false;
+  for (uint32_t i = 0; i < list.Length(); ++i) {
+    regions.push_back(region(env, list.Get(i), i));
+    Tensor* dst = Tensor::Unwrap(list.Get(i).As<Napi::Object>().Get("dst").As<Napi::Object>());
+    if (i == 0) cuda = dst->device() == Device::CUDA;
+    else if (cuda != (dst->device() == Device::CUDA)) fail(env, i, "dst is on another device than region 0's");
+  }
+  if (regions.empty()) return env.Undefined();
+  if (cuda) return withErrors(env, "upload", [&] { gpu::upload(regions.data(), regions.size()); return env.Undefined(); });
+  for (const gpu::UploadRegion& r : regions) {
+    const size_t width = r.cols * r.elemBytes;
+    for (size_t y = 0; y < r.rows; ++y) {
+      char* d = static_cast<char*>(r.dst) + y * r.dstPitch;
+      if (r.src) std::memcpy(d, static_cast<const char*>(r.src) + y * width, width);
+      else std::memset(d, 0, width);
+    }
+  }
+  return env.Undefined();
+}
+
+}  // namespace
+
+void RegisterUpload(Napi::Env env, Napi::Object exports) {
+  exports["pinnedEmpty"] = Napi::Function::New<PinnedEmpty>(env, "pinnedEmpty");
+  exports["upload"] = Napi::Function::New<Upload>(env, "upload");
+}
+
+}  // namespace mstar
