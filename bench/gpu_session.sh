@@ -24,7 +24,7 @@ rm -rf "$model"
 node dist/lib/cli/main.js synth --preset "$preset" --out "$model" --adapters 3 --rank 16 >/dev/null
 sed -i 's/slots: 3/slots: 2/' "$model/serve.yaml"  # churn: 3 adapters over 2 slots
 MSTAR_PROFILE=1 node dist/lib/cli/main.js bench --serve "$model/serve.yaml" --concurrency 1,8,32,64 --prompt-len 128 --output-len 64 \
-  --mix base,one,churn --roofline --json "$out/bench.json" --svg "$out/bench.svg" 2>&1 | tee "$out/bench.log" | grep -v "^lora-\(on\|off\) .* c=" | tail -40
+  --mix base,one,churn --roofline --prefill 4096 --json "$out/bench.json" --svg "$out/bench.svg" 2>&1 | tee "$out/bench.log" | grep -v "^lora-\(on\|off\) .* c=" | tail -40
 
 if command -v ncu >/dev/null; then
   # Eager steps (graphs off), LoRA on, one adapter: 600 kernels from the middle of decoding.

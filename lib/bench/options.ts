@@ -3,6 +3,7 @@ import type { CellReport } from './cell.js';
 import type { LengthDist } from './lengths.js';
 import type { LoadShape } from './load.js';
 import type { MixName } from './mix.js';
+import type { PrefillReport } from './prefill.js';
 import type { RooflineReport } from './roofline.js';
 
 export type BenchTarget =
@@ -28,6 +29,9 @@ export interface BenchOptions {
   seed: number;
   roofline: boolean;
   hbmGbps: number;
+  /** Prompt tokens of the prefill cell (serve only); undefined: none. */
+  prefill?: number;
+  peakTflops: number;
 }
 
 export interface BenchReport {
@@ -59,6 +63,7 @@ export interface BenchReport {
   /** LoRA-on cells of every mix, then the LoRA-off baseline cells (mix 'base'). */
   cells: CellReport[];
   roofline: RooflineReport | null;
+  prefill: PrefillReport | null;
 }
 
 export function defaultRequests(load: LoadShape): number {

@@ -13,6 +13,7 @@ import { loadBenchConfig, startLocalServer, withoutLora } from './local_server.j
 import { needsAdapters, type MixName } from './mix.js';
 import type { BenchOptions, BenchReport } from './options.js';
 import { promptIdLimit } from './prompts.js';
+import { prefillFlops, prefillReport } from './prefill.js';
 import { adapterBytes, modelBytes, roofline } from './roofline.js';
 
 export { BenchError, type BenchUi } from './grid.js';
@@ -21,6 +22,7 @@ export async function runBenchmark(opts: BenchOptions, ui: BenchUi): Promise<Ben
   const startedAt = new Date().toISOString();
   const target = opts.target;
   if (opts.roofline && target.kind !== 'serve') throw new BenchError('--roofline needs --serve (it reads the checkpoint to count weight bytes)');
+  if (opts.prefill !== undefined && target.kind !== 'serve') throw new BenchError('--prefill needs --serve (it reads the checkpoint to count FLOPs)');
   const loads = loadPoints(opts, ui);
 
   // What to ask for: the base model's name, the adapters, and the range of prompt token ids.
@@ -51,12 +53,22 @@ export async function runBenchmark(opts: BenchOptions, ui: BenchUi): Promise<Ben
   }
 
   const grid: Grid = { opts, loads, adapters, idLimit, ui };
-  let cells: CellReport[], baseline: CellReport[] = [];
+  let cells: CellReport[], baseline: CellReport[] = [], prefill: CellReport[] = [];
   let url: string, baselineUrl: string | null = null;
   if (serveConfig !== undefined) {
+    const long = opts.prefill === undefined ? undefined : prefillGrid(grid, opts.prefill, serveConfig);
+    // Each side's grid, then (with --prefill) its long-prompt cell, on the same server.
+    const measure = (m: readonly MixName[]) => async (side: Side) => {
+      const grid_ = await runGridOnThread(grid, side, m);
+      return { grid: grid_, prefill: long ? await runGridOnThread(long, side, ['base']) : [] };
+    };
     // The engine under test, then its LoRA-off twin: one at a time, so neither slows the other.
-    ({ url, cells } = await onLocalServer('lora-on', serveConfig, ui, (side) => runGridOnThread(grid, side, mixes)));
-    ({ url: baselineUrl, cells: baseline } = await onLocalServer('lora-off', withoutLora(serveConfig), ui, (side) => runGridOnThread(grid, side, ['base'])));
+    let on, off;
+    ({ url, out: on } = await onLocalServer('lora-on', serveConfig, ui, measure(mixes)));
+    ({ url: baselineUrl, out: off } = await onLocalServer('lora-off', withoutLora(serveConfig), ui, measure(['base'])));
+    cells = on.grid;
+    baseline = off.grid;
+    prefill = [...on.prefill, ...off.prefill];
   } else {
     const t = target as Extract<BenchOptions['target'], { kind: 'url' }>;
     url = t.url;
@@ -90,6 +102,21 @@ export async function runBenchmark(opts: BenchOptions, ui: BenchUi): Promise<Ben
     },
     cells: all,
     roofline: opts.roofline && serveConfig !== undefined ? rooflineOf(all, serveConfig, adapters, opts) : null,
+    prefill: opts.prefill !== undefined && serveConfig !== undefined
+      ? prefillReport(prefill, opts.prefill, prefillFlops(serveConfig, opts.prefill), opts.peakTflops)
+      : null,
+  };
+}
+
+/** One closed-loop c=1 cell of 8 requests with an N-token prompt and one output token. */
+function prefillGrid(grid: Grid, tokens: number, config: ServeConfig): Grid {
+  const limit = config.max_seq_len ?? readModelConfig(config.model).maxPositionEmbeddings;
+  if (tokens + 1 > limit) throw new BenchError(`--prefill ${tokens}: the server takes at most ${limit} tokens (max_seq_len in ${config.model}'s serve.yaml); it needs ${tokens + 1}`);
+  const one = { min: 1, max: 1 };
+  return {
+    ...grid,
+    opts: { ...grid.opts, promptLen: { min: tokens, max: tokens }, outputLen: one, requests: 8, durationS: undefined, rounds: 1 },
+    loads: [{ kind: 'closed', concurrency: 1 }],
   };
 }
 
@@ -106,14 +133,14 @@ function loadPoints(opts: BenchOptions, ui: BenchUi): LoadShape[] {
   return loads;
 }
 
-async function onLocalServer(
-  engine: EngineSide, config: ServeConfig, ui: BenchUi, run: (side: Side) => Promise<CellReport[]>,
-): Promise<{ url: string; cells: CellReport[] }> {
+async function onLocalServer<T>(
+  engine: EngineSide, config: ServeConfig, ui: BenchUi, run: (side: Side) => Promise<T>,
+): Promise<{ url: string; out: T }> {
   const lora = config.resources.lora;
   ui.log(`${engine}: starting mstar on ${config.model} (device ${config.device}${lora ? `, ${lora.adapters.length} adapters, ${lora.slots} slots` : ', LoRA off'})`);
   const server = await startLocalServer(config, (m) => ui.status(`${engine}: ${m}`));
   try {
-    return { url: server.url, cells: await run({ engine, url: server.url, base: config.served_model_name }) };
+    return { url: server.url, out: await run({ engine, url: server.url, base: config.served_model_name }) };
   } finally {
     await server.close();
   }

@@ -1,6 +1,7 @@
 // The results table for a terminal: one row per cell, columns aligned, milliseconds for latency.
 import type { CellReport } from './cell.js';
 import { describeLoad } from './load.js';
+import type { PrefillReport } from './prefill.js';
 import type { RooflineReport } from './roofline.js';
 import { formatBytes } from './status_line.js';
 
@@ -48,4 +49,12 @@ export function formatRoofline(r: RooflineReport): string {
   return [head, ...r.cells.map((c) =>
     `  ${c.engine.padEnd(8)} ${c.mix.padEnd(5)}  step ${formatMs(c.stepMs)} ms (ITL p50 ${formatMs(c.itlMs)}), floor ${formatMs(c.floorMs)} ms` +
     `${c.adapterBytes > 0 ? ` (adapter ${formatBytes(c.adapterBytes)})` : ''} -> ${formatPercent(c.fraction)} of bandwidth`)].join('\n');
+}
+
+/** One line per engine: the long prompt's TTFT p50, achieved TFLOP/s and share of the peak. */
+export function formatPrefill(r: PrefillReport): string {
+  const head = `prefill of ${r.tokens} tokens alone (${(r.flops / 1e12).toFixed(2)} TFLOP), bf16 peak ${r.peakTflops} TFLOP/s`;
+  if (r.cells.length === 0) return `${head}\n  no cell with a measured TTFT`;
+  return [head, ...r.cells.map((c) =>
+    `  ${c.engine.padEnd(8)} TTFT p50 ${formatMs(c.ttftMs)} ms -> ${c.tflops.toFixed(1)} TFLOP/s, ${formatPercent(c.fraction)} of peak`)].join('\n');
 }

@@ -7,11 +7,12 @@ import { ConfigError } from '../config/load.js';
 import { parseLength, type LengthDist } from '../bench/lengths.js';
 import { isMix, MIXES, MIX_HELP, type MixName } from '../bench/mix.js';
 import type { BenchOptions, BenchTarget } from '../bench/options.js';
+import { DEFAULT_PEAK_TFLOPS } from '../bench/prefill.js';
 import { DEFAULT_HBM_GBPS } from '../bench/roofline.js';
 import { BenchError, runBenchmark } from '../bench/run.js';
 import { StatusLine } from '../bench/status_line.js';
 import { chartSvg } from '../bench/svg.js';
-import { formatRoofline, formatTable } from '../bench/table.js';
+import { formatPrefill, formatRoofline, formatTable } from '../bench/table.js';
 
 export const BENCH_HELP = `usage: mstar bench (--serve serve.yaml | --url URL [--model NAME]) [options]
 
@@ -47,6 +48,9 @@ output:
       --roofline             with --serve: (weight + KV bytes) / HBM bandwidth ÷ the c=1 decode
                              step (TPOT p50): the share of bandwidth decode achieves
       --hbm-gbps N           bandwidth for --roofline (default ${DEFAULT_HBM_GBPS}, an H200)
+      --prefill N            with --serve: one more cell per engine, 8 prompts of N tokens alone
+                             (c=1, one output token): prefill FLOPs ÷ TTFT p50 ÷ the bf16 peak
+      --peak-tflops N        bf16 peak for --prefill (default ${DEFAULT_PEAK_TFLOPS}, an H200)
   -h, --help                 show this help
 
 Exits 1 when any request failed (the report is still written), 2 on a usage error.
@@ -74,6 +78,8 @@ const OPTIONS = {
   svg: { type: 'string' },
   roofline: { type: 'boolean' },
   'hbm-gbps': { type: 'string' },
+  prefill: { type: 'string' },
+  'peak-tflops': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -133,6 +139,8 @@ function optionsOf(v: Values): BenchOptions {
     seed: v.seed === undefined ? 0 : nonNegativeInt(v.seed, '--seed'),
     roofline: v.roofline === true,
     hbmGbps: v['hbm-gbps'] === undefined ? DEFAULT_HBM_GBPS : positiveNumbers(v['hbm-gbps'], '--hbm-gbps')[0],
+    prefill: v.prefill === undefined ? undefined : positiveInts(v.prefill, '--prefill')[0],
+    peakTflops: v['peak-tflops'] === undefined ? DEFAULT_PEAK_TFLOPS : positiveNumbers(v['peak-tflops'], '--peak-tflops')[0],
   };
 }
 
@@ -174,6 +182,7 @@ export async function runBench(args: string[]): Promise<number> {
   out(`${report.target.model} @ ${report.target.url}  prompt ${report.settings.promptLen}, output ${report.settings.outputLen} tokens; latencies in ms`);
   out(formatTable(report.cells));
   if (report.roofline !== null) out(`\n${formatRoofline(report.roofline)}`);
+  if (report.prefill !== null) out(`\n${formatPrefill(report.prefill)}`);
   if (values.json !== undefined) {
     await writeFile(values.json, `${JSON.stringify(report, null, 2)}\n`);
     out(`wrote ${values.json}`);

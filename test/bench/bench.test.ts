@@ -36,7 +36,7 @@ describe('mstar bench --serve', () => {
     let code: number;
     try {
       code = await runCli(['bench', '--serve', yamlFile, '--concurrency', '1,2', '--requests', '4', '--prompt-len', '8', '--output-len', '4',
-        '--json', json, '--svg', svg, '--roofline']);
+        '--json', json, '--svg', svg, '--roofline', '--prefill', '32']);
     } finally {
       vi.restoreAllMocks();
     }
@@ -71,6 +71,14 @@ describe('mstar bench --serve', () => {
     expect(roofline.cells[1].adapterBytes).toBeGreaterThan(0);
     expect(roofline.cells.every((c) => c.fraction > 0 && c.floorMs > 0)).toBe(true);
 
+    const prefill = report.prefill!;
+    // 2 FLOPs per decoder weight (2 layers of 36864) per token, causal attention 2·32²·16 per
+    // head (4) and layer, the tied LM head on one token.
+    expect(prefill).toMatchObject({ tokens: 32, peakTflops: 989, flops: 2 * 2 * 36864 * 32 + 2 * 32 * 32 * 16 * 4 * 2 + 2 * 64 * 1000 });
+    expect(prefill.cells.map((c) => `${c.engine} ${c.mix}`)).toEqual(['lora-on base', 'lora-off base']);
+    for (const c of prefill.cells) expect(c.fraction).toBeCloseTo(prefill.flops / (c.ttftMs / 1e3) / 1e12 / 989, 12);
+    expect(out).toMatch(/prefill of 32 tokens alone \(0\.00 TFLOP\), bf16 peak 989 TFLOP\/s\n  lora-on  TTFT p50 \S+ ms -> /);
+
     expect(out).toMatch(/engine\s+mix\s+load\s+req\s+fail\s+tok\/s\s+retention\s+TTFT p50\s+TTFT p99\s+ITL p50\s+ITL p99\s+TPOT p50\s+e2e p50\s+e2e p99/);
     expect(out).toMatch(/lora-on\s+churn\s+c=2\s+4\s+0\s/);
     expect(out).toMatch(/lora-off\s+base\s+c=1\s+4\s+0\s+\S+\s+100\.0%/);
@@ -96,7 +104,7 @@ describe('mstar bench --url', () => {
       const report = await runBenchmark({
         target: { kind: 'url', url: server.url, vocab: 997 },
         concurrency: [], rates: [200], promptLen: { min: 4, max: 12 }, outputLen: { min: 2, max: 5 }, requests: 6,
-        mixes: ['base', 'mixed'], rounds: 2, seed: 3, roofline: false, hbmGbps: 4800,
+        mixes: ['base', 'mixed'], rounds: 2, seed: 3, roofline: false, hbmGbps: 4800, peakTflops: 989,
       }, { status: () => {}, log: (l) => lines.push(l) });
       expect(report.target).toMatchObject({ kind: 'url', url: server.url, baselineUrl: null, model: 'tiny', adapters: ['lora-000', 'lora-001', 'lora-002'] });
       expect(report.cells.flatMap((c) => c.errors)).toEqual([]);
