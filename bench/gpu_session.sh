@@ -6,6 +6,9 @@
 #
 #   bash bench/gpu_session.sh OUT_DIR [preset]
 #
+# Environment: TESTS=0 skips the test suite, NCU=0 the kernel timings; NCU_C=32 times the
+# kernels of 32-sequence decode steps instead of one.
+#
 # Needs node on PATH, the checkout's node_modules and dist/, and the addon (build/ or
 # MSTAR_PREBUILD). Writes OUT_DIR/{gpu_tests.log, bench.json, bench.svg, bench.log, kernels.csv}.
 set -uo pipefail
@@ -14,10 +17,12 @@ preset=${2:-qwen3-0.6b}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv
 
-MSTAR_GPU_TIMING=1 node node_modules/vitest/vitest.mjs run --config vitest.gpu.config.ts >"$out/gpu_tests.log" 2>&1
-echo "gpu tests: exit $?"
-grep -E "Test Files|Tests |FAIL|✗|×" "$out/gpu_tests.log" | head -40
-sed -n '/linear n=1 /,/sample 64/p' "$out/gpu_tests.log" | head -40
+if [ "${TESTS:-1}" = 1 ]; then
+  MSTAR_GPU_TIMING=1 node node_modules/vitest/vitest.mjs run --config vitest.gpu.config.ts >"$out/gpu_tests.log" 2>&1
+  echo "gpu tests: exit $?"
+  grep -E "Test Files|Tests |FAIL|✗|×" "$out/gpu_tests.log" | head -40
+  sed -n '/linear n=1 /,/sample 64/p' "$out/gpu_tests.log" | head -40
+fi
 
 model=/tmp/mstar-$preset
 rm -rf "$model"
@@ -26,10 +31,13 @@ sed -i 's/slots: 3/slots: 2/' "$model/serve.yaml"  # churn: 3 adapters over 2 sl
 MSTAR_PROFILE=1 node dist/lib/cli/main.js bench --serve "$model/serve.yaml" --concurrency 1,8,32,64 --prompt-len 128 --output-len 64 \
   --mix base,one,churn --roofline --prefill 4096 --json "$out/bench.json" --svg "$out/bench.svg" 2>&1 | tee "$out/bench.log" | grep -v "^lora-\(on\|off\) .* c=" | tail -40
 
-if command -v ncu >/dev/null; then
-  # Eager steps (graphs off), LoRA on, one adapter: 600 kernels from the middle of decoding.
-  MSTAR_CUDA_GRAPHS=0 timeout 240 ncu --clock-control none --cache-control none --launch-skip 30000 --launch-count 600 \
+if [ "${NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
+  # Eager steps (graphs off), LoRA on, one adapter: 600 kernels from the middle of decoding
+  # (at c=1 after 30000 launches; at larger c, after 10000: past the prefill steps).
+  c=${NCU_C:-1}
+  skip=$([ "$c" = 1 ] && echo 30000 || echo 10000)
+  MSTAR_CUDA_GRAPHS=0 timeout 240 ncu --clock-control none --cache-control none --launch-skip "$skip" --launch-count 600 \
     --metrics gpu__time_duration.sum --csv node dist/lib/cli/main.js bench --serve "$model/serve.yaml" \
-    --concurrency 1 --requests 6 --prompt-len 128 --output-len 64 --mix one >"$out/kernels.csv" 2>"$out/ncu.log"
+    --concurrency "$c" --requests $((c > 6 ? c : 6)) --prompt-len 128 --output-len 64 --mix one >"$out/kernels.csv" 2>"$out/ncu.log"
   echo "ncu: exit $? ($(grep -c gpu__time_duration "$out/kernels.csv") kernels)"
 fi
