@@ -18,9 +18,11 @@
 // each token's actual keys evenly over the splits (a short context in a wide table still
 // spreads over blocks, and splits past its keys exit), and the last of a token's splits to
 // finish merges them. generalKernel's splits are fixed ranges, merged by combineKernel.
+// Steps with prefill tokens in bf16 go to the tensor-core kernel (attention_prefill.cu).
 #include <cmath>
 #include <mutex>
 
+#include "attention_prefill.cuh"
 #include "common.cuh"
 
 namespace mstar::gpu {
@@ -454,6 +456,8 @@ void pagedAttention(DType act, void* out, const void* qkv, KvCache c, const int3
                     HeadLayout l, float scale) {
   if (numTokens == 0 || numSeqs == 0) return;
   if (l.headDim > 256) throw Error("pagedAttention: headDim above 256 is not supported on cuda");
+  if (prefillOnTensorCores(act, c.dtype, l.headDim, numTokens, numSeqs, qkv, c.k, c.v))
+    return prefillAttention(out, qkv, c, blockTables, maxBlocks, queryStarts, contextLens, numSeqs, numTokens, l, scale);
   const int groups = l.numHeads / l.numKvHeads;
   const int gt = groups % 8 == 0 ? 8 : groups % 4 == 0 ? 4 : groups % 2 == 0 ? 2 : 1;
   const int dpl = l.headDim <= 64 ? 2 : l.headDim <= 128 ? 4 : 8;

@@ -15,12 +15,21 @@ constexpr int kShrinkThreads = 256;
 constexpr int kShrinkWarps = kShrinkThreads / 32;
 constexpr int kExpandThreads = 256;
 // Rows to a block of the many-row shrink and of the expand: what a block loads of A or B
-// serves this many rows. 8 keeps the shrink's per-row sums in registers; decode batches
-// (up to 64 rows) take 2, so their few rows still spread over enough blocks.
-constexpr int kShrinkTileRows = 8;
-constexpr int kShrinkTileRowsDecode = 2;
-constexpr int64_t kDecodeRows = 64;
-constexpr int kExpandTileRows = 8;
+// serves this many rows (8 keeps the shrink's per-row sums in registers). Only where the
+// grid still has kFillBlocksPerSm blocks per SM: a decode batch's few rows need the
+// blocks more than the reuse (measured: 8-row tiles cost one adapter 15% of decode
+// throughput at 8 and 32 rows of Qwen3-0.6B).
+constexpr int kMaxTileRows = 8;
+constexpr int kFillBlocksPerSm = 2;
+
+// The largest of 8, 2 and 1 rows to a block that still gives `blocksPerRowTile` × tiles
+// enough blocks to fill the GPU.
+int64_t tileRowsFor(int64_t n, int64_t blocksPerRowTile) {
+  const int64_t want = int64_t(smCount()) * kFillBlocksPerSm;
+  for (int64_t tile : {int64_t(kMaxTileRows), int64_t(2)})
+    if ((n + tile - 1) / tile * blocksPerRowTile >= want) return tile;
+  return 1;
+}
 
 // Up to kFusedShrinkRows rows: t[r, k] = x[r] · a[slot, k], one block per (row, rank row).
 // Rows of slot 0 (or of a slot outside the table) get zeros.
@@ -112,7 +121,7 @@ __global__ void __launch_bounds__(kExpandThreads)
                  const int32_t* sliceStarts, int numSlices, int64_t n, int64_t outF, int64_t rank, int tileRows,
                  SlotRanks sr) {
   extern __shared__ float tTile[];            // [rows, numSlices * rank]
-  __shared__ int32_t slots[kExpandTileRows];  // 0: the row has no adapter
+  __shared__ int32_t slots[kMaxTileRows];  // 0: the row has no adapter
   const int64_t r0 = int64_t(blockIdx.x) * tileRows;
   const int rows = int(min(int64_t(tileRows), n - r0));
   if (threadIdx.x < rows) {
@@ -187,10 +196,10 @@ void loraShrink(DType act, void* t, const void* x, Weights a, int64_t numSlots, 
                 int64_t in, int64_t rankRows, SlotRanks ranks) {
   if (n == 0 || rankRows == 0) return;
   const bool byBlock = n <= kFusedShrinkRows;
+  const int64_t groups = (rankRows + kShrinkWarps - 1) / kShrinkWarps;
+  const int64_t tile = byBlock ? 1 : tileRowsFor(n, groups);
   // Braces: with parentheses this line would declare a function.
-  const int64_t tile = n <= kDecodeRows ? kShrinkTileRowsDecode : kShrinkTileRows;
-  const dim3 grid{unsigned(byBlock ? n : (n + tile - 1) / tile),
-                  unsigned(byBlock ? rankRows : (rankRows + kShrinkWarps - 1) / kShrinkWarps)};
+  const dim3 grid{unsigned(byBlock ? n : (n + tile - 1) / tile), unsigned(byBlock ? rankRows : groups)};
   withAct(act, [&](auto tt) {
     withFloat(a.dtype, [&](auto wt) {
       using T = decltype(tt);
@@ -200,14 +209,17 @@ void loraShrink(DType act, void* t, const void* x, Weights a, int64_t numSlots, 
         shrinkKernel<T, W><<<grid, kShrinkThreads, 0, stream()>>>(static_cast<T*>(t), static_cast<const T*>(x),
                                                                   static_cast<const W*>(a.data), numSlots, slotOfRow,
                                                                   in, rankRows, vecA, ranks);
-      else if (tile == kShrinkTileRowsDecode)
-        shrinkTileKernel<T, W, kShrinkTileRowsDecode><<<grid, kShrinkThreads, 0, stream()>>>(
-            static_cast<T*>(t), static_cast<const T*>(x), static_cast<const W*>(a.data), numSlots, slotOfRow, n, in,
-            rankRows, vecA && rowsAligned16(x, in, sizeof(T)), ranks);
-      else
-        shrinkTileKernel<T, W, kShrinkTileRows><<<grid, kShrinkThreads, 0, stream()>>>(
-            static_cast<T*>(t), static_cast<const T*>(x), static_cast<const W*>(a.data), numSlots, slotOfRow, n, in,
-            rankRows, vecA && rowsAligned16(x, in, sizeof(T)), ranks);
+      else {
+        const bool vec = vecA && rowsAligned16(x, in, sizeof(T));
+        auto launch = [&](auto kernel) {
+          kernel<<<grid, kShrinkThreads, 0, stream()>>>(static_cast<T*>(t), static_cast<const T*>(x),
+                                                         static_cast<const W*>(a.data), numSlots, slotOfRow, n, in,
+                                                         rankRows, vec, ranks);
+        };
+        if (tile == kMaxTileRows) launch(shrinkTileKernel<T, W, kMaxTileRows>);
+        else if (tile == 2) launch(shrinkTileKernel<T, W, 2>);
+        else launch(shrinkTileKernel<T, W, 1>);
+      }
     });
   });
   checkLaunch("loraShrink kernel");
@@ -220,8 +232,8 @@ void loraExpandAdd(DType act, void* out, const void* delta, const void* t, Weigh
   constexpr int64_t maxWidth = 48 * 1024 / sizeof(float);
   const int64_t width = numSlices * rank;
   if (width > maxWidth) throw Error("loraExpand: slices * rank = " + std::to_string(width) + " is above 12288");
-  // Fewer rows to a block where kExpandTileRows rows of t would not fit in shared memory.
-  const int64_t tileRows = width ? std::min<int64_t>(kExpandTileRows, maxWidth / width) : kExpandTileRows;
+  // Fewer rows to a block where 8 rows of t would not fit in shared memory.
+  const int64_t tileRows = std::min<int64_t>(tileRowsFor(n, blocksFor(outF, kExpandThreads)), width ? maxWidth / width : kMaxTileRows);
   const size_t shared = size_t(tileRows * width) * sizeof(float);
   const dim3 grid{unsigned((n + tileRows - 1) / tileRows), blocksFor(outF, kExpandThreads)};
   withAct(act, [&](auto tt) {

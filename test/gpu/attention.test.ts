@@ -2,7 +2,8 @@
 // and decode mixed in one call, shuffled non-contiguous block tables with padding, GQA
 // group sizes 1 to 8, head dims from 8 to 256, f32 or bf16 activations and caches, and
 // contexts long enough that decode splits the keys across blocks. Head dims 64, 128 and 256
-// take the streaming kernel (f32 caches of 256 excepted), the others the general one.
+// take the streaming kernel (f32 caches of 256 excepted), the others the general one; bf16
+// steps with prefill tokens and head dim 64 or 128 the tensor-core kernel.
 import { describe, it } from 'vitest';
 
 import { ACTS, addon, describeGpu, expectClose, expectSame, floats, i32, onCpu, onCuda, Rng, rounded, tol, type Act } from './helpers.js';
@@ -84,6 +85,8 @@ const BATCHES: [string, Seq[], number, number?][] = [
   ['block size 1', [{ cached: 6, fresh: 3 }, { cached: 0, fresh: 4 }], 1],
   ['long decode, split across blocks', [{ cached: 3000, fresh: 1 }, { cached: 1500, fresh: 1 }, { cached: 40, fresh: 1 }], 16],
   ['long prefill chunk', [{ cached: 1200, fresh: 40 }], 32],
+  // bf16 steps with prefill go to tensor cores in tiles of 64 query tokens and 64 keys.
+  ['prefill over several query tiles', [{ cached: 0, fresh: 150 }, { cached: 70, fresh: 65 }, { cached: 0, fresh: 2 }, { cached: 200, fresh: 1 }], 16],
   // A captured decode graph's table is as wide as the longest context allowed: short
   // contexts in it still split across blocks by their own lengths.
   ['short decode in a wide table', [{ cached: 170, fresh: 1 }, { cached: 2, fresh: 1 }, { cached: 33, fresh: 1 }], 16, 2000],

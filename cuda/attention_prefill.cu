@@ -1,0 +1,254 @@
+// Prefill attention on tensor cores: bf16 activations and cache, head dims 64 and 128.
+// pagedAttention (attention.cu) sends a step here when some sequence brings more than one
+// query token; decode-only steps stay on its streaming kernel, which is bound by reading
+// the cache rather than by arithmetic.
+//
+// A block takes 64 consecutive query tokens of one sequence and one q head; each of its 4
+// warps owns 16 of those rows. Keys come in tiles of 64 from the paged cache into shared
+// memory (cp.async, zero-filled past the keys the tile may see, so unwritten cache rows,
+// which may hold NaN, never reach a product). Per tile a warp computes S = Q·Kᵀ with
+// mma.m16n8k16 (bf16 in, f32 out), updates the running row max and sum (online softmax,
+// base 2), rounds P to bf16 as flash attention does, and adds P·V to its f32 output.
+// Causality: the query at position p sees keys 0..p; the tiles after the block's last
+// query are never loaded.
+#include "attention_prefill.cuh"
+
+namespace mstar::gpu {
+namespace {
+
+constexpr int kRows = 64;     // query tokens per block
+constexpr int kKeys = 64;     // keys per tile
+constexpr int kThreads = 128;  // 4 warps of 16 rows
+
+struct PrefillArgs {
+  bf16* out;
+  const bf16* qkv;
+  const bf16* k;
+  const bf16* v;
+  const int32_t* tables;
+  const int32_t* queryStarts;
+  const int32_t* contextLens;
+  int numSeqs;
+  int64_t maxBlocks, numBlocks;
+  int blockSize;
+  int numHeads, numKvHeads;
+  int64_t rowWidth;
+  float scaleLog2;  // softmax scale × log2(e): weights are exp2 of scaled scores
+};
+
+__device__ __forceinline__ uint32_t pack(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// d += a · b for one 16×8×16 tile (row-major A, column-major B, f32 accumulators).
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// 16 bytes from global to shared memory, or zeros when !valid.
+__device__ __forceinline__ void copy16(void* smem, const void* gmem, bool valid) {
+  const unsigned dst = unsigned(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0));
+}
+
+// The block's (sequence, first query token), or false past the last tile. Block b is
+// tile b of the step's tiles counted sequence by sequence; the grid has enough for any
+// split of the tokens into numSeqs sequences.
+__device__ __forceinline__ bool tileOf(const PrefillArgs& p, int& seq, int64_t& q0) {
+  int64_t b = blockIdx.x;
+  for (int s = 0; s < p.numSeqs; ++s) {
+    const int64_t n = p.queryStarts[s + 1] - p.queryStarts[s], tiles = (n + kRows - 1) / kRows;
+    if (b < tiles) {
+      seq = s;
+      q0 = p.queryStarts[s] + b * kRows;
+      return true;
+    }
+    b -= tiles;
+  }
+  return false;
+}
+
+template <int HD>
+__global__ __launch_bounds__(kThreads) void prefillKernel(PrefillArgs p) {
+  constexpr int kStride = HD + 8;  // smem row pitch (elements): 16-byte rows, no bank conflicts
+  constexpr int kSteps = HD / 16;  // k-steps of Q·Kᵀ
+  __shared__ alignas(16) bf16 sK[kKeys * kStride];
+  __shared__ alignas(16) bf16 sV[kKeys * kStride];
+  int seq;
+  int64_t q0;
+  if (!tileOf(p, seq, q0)) return;
+  const int h = blockIdx.y, kvh = h / (p.numHeads / p.numKvHeads);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, quad = lane / 4, pair = (lane % 4) * 2;
+  const int64_t qEnd = p.queryStarts[seq + 1];
+  const int64_t ctx = p.contextLens[seq];
+  // Query token t sits at position ctx - (qEnd - t): the fresh tokens are the context's last.
+  const int64_t firstPos = ctx - (qEnd - q0);
+  const int64_t rows = min(int64_t(kRows), qEnd - q0);
+  const int64_t keyEnd = min(firstPos + rows, p.maxBlocks * p.blockSize);  // keys any row sees
+
+  // This lane's rows of the warp's 16: r0 and r0 + 8 (as the mma fragments hold them).
+  const int r0 = warp * 16 + quad;
+  const int64_t pos0 = firstPos + r0, pos1 = pos0 + 8;
+  const bool live0 = r0 < rows, live1 = r0 + 8 < rows;
+
+  // Q as A fragments, straight from the qkv rows (rows past the tile's tokens are zeros).
+  uint32_t qa[kSteps][4];
+  {
+    const bf16* q = p.qkv + (q0 + r0) * p.rowWidth + int64_t(h) * HD + pair;
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      const bf16* c = q + s * 16;
+      qa[s][0] = live0 ? *reinterpret_cast<const uint32_t*>(c) : 0;
+      qa[s][1] = live1 ? *reinterpret_cast<const uint32_t*>(c + 8 * p.rowWidth) : 0;
+      qa[s][2] = live0 ? *reinterpret_cast<const uint32_t*>(c + 8) : 0;
+      qa[s][3] = live1 ? *reinterpret_cast<const uint32_t*>(c + 8 * p.rowWidth + 8) : 0;
+    }
+  }
+
+  float o[HD / 8][4] = {};
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0, l1 = 0;
+  const int32_t* table = p.tables + int64_t(seq) * p.maxBlocks;
+  const int64_t kvWidth = int64_t(p.numKvHeads) * HD;
+
+  for (int64_t n0 = 0; n0 < keyEnd; n0 += kKeys) {
+    // Load the tile: kKeys rows × HD / 8 chunks of 16 bytes for each of K and V.
+    constexpr int kChunks = kKeys * HD / 8;
+    for (int c = threadIdx.x; c < kChunks; c += kThreads) {
+      const int row = c / (HD / 8), col = (c % (HD / 8)) * 8;
+      const int64_t key = n0 + row;
+      int64_t slot = -1;
+      if (key < keyEnd) {
+        const int32_t b = table[key / p.blockSize];
+        if (b >= 0 && b < p.numBlocks) slot = int64_t(b) * p.blockSize + key % p.blockSize;
+      }
+      const int64_t at = (slot < 0 ? 0 : slot) * kvWidth + int64_t(kvh) * HD + col;
+      copy16(sK + row * kStride + col, p.k + at, slot >= 0);
+      copy16(sV + row * kStride + col, p.v + at, slot >= 0);
+    }
+    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+    __syncthreads();
+
+    // S = Q·Kᵀ for this warp's 16 rows and the tile's keys: 8-key column tiles.
+    float s[kKeys / 8][4] = {};
+#pragma unroll
+    for (int nt = 0; nt < kKeys / 8; ++nt) {
+      const bf16* kr = sK + (nt * 8 + quad) * kStride + pair;
+#pragma unroll
+      for (int st = 0; st < kSteps; ++st) {
+        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(kr + st * 16);
+        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(kr + st * 16 + 8);
+        mma(s[nt], qa[st], b0, b1);
+      }
+    }
+    // Scale, mask (key after the row's position, or past the keys), and the new row maxima.
+    const bool whole = n0 + kKeys - 1 <= firstPos && n0 + kKeys <= keyEnd;  // every key seen by every row
+    float t0 = m0, t1 = m1;
+#pragma unroll
+    for (int nt = 0; nt < kKeys / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t key = n0 + nt * 8 + pair + (e & 1);
+        const int64_t pos = e < 2 ? pos0 : pos1;
+        const bool live = e < 2 ? live0 : live1;
+        float x = s[nt][e] * p.scaleLog2;
+        if (!whole && (!live || key > pos || key >= keyEnd)) x = -INFINITY;
+        s[nt][e] = x;
+        if (e < 2) t0 = fmaxf(t0, x);
+        else t1 = fmaxf(t1, x);
+      }
+    }
+    // The 4 lanes of a quad share rows.
+    t0 = fmaxf(t0, __shfl_xor_sync(0xffffffffu, t0, 1));
+    t0 = fmaxf(t0, __shfl_xor_sync(0xffffffffu, t0, 2));
+    t1 = fmaxf(t1, __shfl_xor_sync(0xffffffffu, t1, 1));
+    t1 = fmaxf(t1, __shfl_xor_sync(0xffffffffu, t1, 2));
+    // A row that has seen no key yet keeps max -inf: subtract 0 instead (its weights are 0).
+    const float base0 = t0 == -INFINITY ? 0 : t0, base1 = t1 == -INFINITY ? 0 : t1;
+    const float keep0 = exp2f(m0 - base0), keep1 = exp2f(m1 - base1);
+    m0 = t0;
+    m1 = t1;
+    l0 *= keep0;
+    l1 *= keep1;
+#pragma unroll
+    for (int dt = 0; dt < HD / 8; ++dt) {
+      o[dt][0] *= keep0;
+      o[dt][1] *= keep0;
+      o[dt][2] *= keep1;
+      o[dt][3] *= keep1;
+    }
+    // P = exp2(S - max), rounded to bf16 as the A fragments of P·V (two 8-key tiles per k-step).
+    uint32_t pa[kKeys / 16][4];
+#pragma unroll
+    for (int nt = 0; nt < kKeys / 8; ++nt) {
+      const float e0 = exp2f(s[nt][0] - base0), e1 = exp2f(s[nt][1] - base0);
+      const float e2 = exp2f(s[nt][2] - base1), e3 = exp2f(s[nt][3] - base1);
+      const uint32_t top = pack(e0, e1), bottom = pack(e2, e3);
+      // The sums take the rounded weights, so numerator and denominator agree.
+      const __nv_bfloat162 tr = *reinterpret_cast<const __nv_bfloat162*>(&top);
+      const __nv_bfloat162 br = *reinterpret_cast<const __nv_bfloat162*>(&bottom);
+      l0 += __low2float(tr) + __high2float(tr);
+      l1 += __low2float(br) + __high2float(br);
+      pa[nt / 2][(nt % 2) * 2] = top;
+      pa[nt / 2][(nt % 2) * 2 + 1] = bottom;
+    }
+    // O += P·V: V's B fragments by ldmatrix.trans, two 8-dim column tiles per load.
+#pragma unroll
+    for (int st = 0; st < kKeys / 16; ++st) {
+#pragma unroll
+      for (int dt = 0; dt < HD / 8; dt += 2) {
+        const int mat = lane / 8, r = lane % 8;
+        const bf16* src = sV + (st * 16 + (mat % 2) * 8 + r) * kStride + (dt + mat / 2) * 8;
+        uint32_t b[4];
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+                     : "r"(unsigned(__cvta_generic_to_shared(src))));
+        mma(o[dt], pa[st], b[0], b[1]);
+        mma(o[dt + 1], pa[st], b[2], b[3]);
+      }
+    }
+    __syncthreads();  // the next tile overwrites sK and sV
+  }
+
+  // Row sums over the quad, then O / l into the output rows.
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  const float inv0 = l0 > 0 ? 1 / l0 : 0, inv1 = l1 > 0 ? 1 / l1 : 0;
+  const int64_t outWidth = int64_t(p.numHeads) * HD;
+  bf16* out = p.out + (q0 + r0) * outWidth + int64_t(h) * HD + pair;
+#pragma unroll
+  for (int dt = 0; dt < HD / 8; ++dt) {
+    if (live0) *reinterpret_cast<uint32_t*>(out + dt * 8) = pack(o[dt][0] * inv0, o[dt][1] * inv0);
+    if (live1) *reinterpret_cast<uint32_t*>(out + 8 * outWidth + dt * 8) = pack(o[dt][2] * inv1, o[dt][3] * inv1);
+  }
+}
+
+}  // namespace
+
+bool prefillOnTensorCores(DType act, DType cache, int headDim, int64_t numTokens, int64_t numSeqs,
+                          const void* qkv, const void* k, const void* v) {
+  const bool aligned = (reinterpret_cast<uintptr_t>(qkv) | reinterpret_cast<uintptr_t>(k) |
+                        reinterpret_cast<uintptr_t>(v)) % 16 == 0;
+  return act == DType::BF16 && cache == DType::BF16 && (headDim == 64 || headDim == 128) && numTokens > numSeqs &&
+         aligned;
+}
+
+void prefillAttention(void* out, const void* qkv, KvCache c, const int32_t* blockTables, int64_t maxBlocks,
+                      const int32_t* queryStarts, const int32_t* contextLens, int64_t numSeqs, int64_t numTokens,
+                      HeadLayout l, float scale) {
+  PrefillArgs a{static_cast<bf16*>(out), static_cast<const bf16*>(qkv), static_cast<const bf16*>(c.k),
+                static_cast<const bf16*>(c.v), blockTables, queryStarts, contextLens, int(numSeqs), maxBlocks,
+                c.numBlocks, int(c.blockSize), l.numHeads, l.numKvHeads, l.rowWidth(), scale * 1.4426950408889634f};
+  // Enough tiles for any split of the tokens over the sequences; the extra blocks exit.
+  const dim3 grid{unsigned((numTokens + kRows - 1) / kRows + numSeqs), unsigned(l.numHeads)};
+  if (l.headDim == 64) prefillKernel<64><<<grid, kThreads, 0, stream()>>>(a);
+  else prefillKernel<128><<<grid, kThreads, 0, stream()>>>(a);
+  checkLaunch("pagedAttention prefill kernel");
+}
+
+}  // namespace mstar::gpu

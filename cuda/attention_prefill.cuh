@@ -1,0 +1,17 @@
+// The tensor-core prefill path of pagedAttention (attention_prefill.cu).
+#pragma once
+#include "common.cuh"
+
+namespace mstar::gpu {
+
+// Whether a step goes to prefillAttention: bf16 activations and cache, head dim 64 or 128,
+// 16-byte aligned rows, and some sequence with more than one query token.
+bool prefillOnTensorCores(DType act, DType cache, int headDim, int64_t numTokens, int64_t numSeqs, const void* qkv,
+                          const void* k, const void* v);
+
+// pagedAttention's contract (bf16 out) on tensor cores.
+void prefillAttention(void* out, const void* qkv, KvCache c, const int32_t* blockTables, int64_t maxBlocks,
+                      const int32_t* queryStarts, const int32_t* contextLens, int64_t numSeqs, int64_t numTokens,
+                      HeadLayout l, float scale);
+
+}  // namespace mstar::gpu
