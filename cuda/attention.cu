@@ -18,7 +18,7 @@
 // each token's actual keys evenly over the splits (a short context in a wide table still
 // spreads over blocks, and splits past its keys exit), and the last of a token's splits to
 // finish merges them. generalKernel's splits are fixed ranges, merged by combineKernel.
-// Steps with prefill tokens in bf16 go to the tensor-core kernel (attention_prefill.cu).
+// Prefill steps in bf16 go to the tensor-core kernel (attention_prefill.cu).
 #include <cmath>
 #include <mutex>
 

@@ -1,14 +1,14 @@
 // Prefill attention on tensor cores: bf16 activations and cache, head dims 64 and 128.
-// pagedAttention (attention.cu) sends a step here when some sequence brings more than one
-// query token; decode-only steps stay on its streaming kernel, which is bound by reading
+// pagedAttention (attention.cu) sends a step here when its sequences bring 16 or more query
+// tokens on average; decode steps stay on its streaming kernel, which is bound by reading
 // the cache rather than by arithmetic.
 //
 // A block takes 64 consecutive query tokens of one sequence and one q head; each of its 4
 // warps owns 16 of those rows. Keys come in tiles of 64 from the paged cache into shared
 // memory (cp.async, zero-filled past the keys the tile may see, so unwritten cache rows,
 // which may hold NaN, never reach a product). Per tile a warp computes S = Q·Kᵀ with
-// mma.m16n8k16 (bf16 in, f32 out), updates the running row max and sum (online softmax,
-// base 2), rounds P to bf16 as flash attention does, and adds P·V to its f32 output.
+// mma.m16n8k16 (bf16 in, f32 out), updates the running row max and sum (online softmax),
+// and adds P·V to its f32 output, P split in two bf16 parts.
 // Causality: the query at position p sees keys 0..p; the tiles after the block's last
 // query are never loaded.
 #include "attention_prefill.cuh"
@@ -19,6 +19,7 @@ namespace {
 constexpr int kRows = 64;     // query tokens per block
 constexpr int kKeys = 64;     // keys per tile
 constexpr int kThreads = 128;  // 4 warps of 16 rows
+constexpr int64_t kMinMeanQuery = 16;  // query tokens per sequence, on average, for this kernel
 
 struct PrefillArgs {
   bf16* out;
@@ -33,12 +34,19 @@ struct PrefillArgs {
   int blockSize;
   int numHeads, numKvHeads;
   int64_t rowWidth;
-  float scaleLog2;  // softmax scale × log2(e): weights are exp2 of scaled scores
+  float scale;
 };
 
 __device__ __forceinline__ uint32_t pack(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// (x, y) as two bf16 pairs: hi rounded, lo the rest rounded (hi + lo within 2^-16 of x, y).
+__device__ __forceinline__ void split(float x, float y, uint32_t& hi, uint32_t& lo) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+  hi = *reinterpret_cast<const uint32_t*>(&h);
+  lo = pack(x - __low2float(h), y - __high2float(h));
 }
 
 // d += a · b for one 16×8×16 tile (row-major A, column-major B, f32 accumulators).
@@ -154,7 +162,7 @@ __global__ __launch_bounds__(kThreads) void prefillKernel(PrefillArgs p) {
         const int64_t key = n0 + nt * 8 + pair + (e & 1);
         const int64_t pos = e < 2 ? pos0 : pos1;
         const bool live = e < 2 ? live0 : live1;
-        float x = s[nt][e] * p.scaleLog2;
+        float x = s[nt][e] * p.scale;
         if (!whole && (!live || key > pos || key >= keyEnd)) x = -INFINITY;
         s[nt][e] = x;
         if (e < 2) t0 = fmaxf(t0, x);
@@ -168,7 +176,7 @@ __global__ __launch_bounds__(kThreads) void prefillKernel(PrefillArgs p) {
     t1 = fmaxf(t1, __shfl_xor_sync(0xffffffffu, t1, 2));
     // A row that has seen no key yet keeps max -inf: subtract 0 instead (its weights are 0).
     const float base0 = t0 == -INFINITY ? 0 : t0, base1 = t1 == -INFINITY ? 0 : t1;
-    const float keep0 = exp2f(m0 - base0), keep1 = exp2f(m1 - base1);
+    const float keep0 = expf(m0 - base0), keep1 = expf(m1 - base1);
     m0 = t0;
     m1 = t1;
     l0 *= keep0;
@@ -180,20 +188,20 @@ __global__ __launch_bounds__(kThreads) void prefillKernel(PrefillArgs p) {
       o[dt][2] *= keep1;
       o[dt][3] *= keep1;
     }
-    // P = exp2(S - max), rounded to bf16 as the A fragments of P·V (two 8-key tiles per k-step).
-    uint32_t pa[kKeys / 16][4];
+    // P = e^(S - max) as the A fragments of P·V (two 8-key tiles per k-step), in two
+    // bf16 parts, P = hi + lo: P·V in two products keeps P to about 16 bits. (Rounding P
+    // to one bf16, as flash attention does, cost the demo model 12% of its greedy tokens
+    // identical to f32.)
+    uint32_t hi[kKeys / 16][4], lo[kKeys / 16][4];
 #pragma unroll
     for (int nt = 0; nt < kKeys / 8; ++nt) {
-      const float e0 = exp2f(s[nt][0] - base0), e1 = exp2f(s[nt][1] - base0);
-      const float e2 = exp2f(s[nt][2] - base1), e3 = exp2f(s[nt][3] - base1);
-      const uint32_t top = pack(e0, e1), bottom = pack(e2, e3);
-      // The sums take the rounded weights, so numerator and denominator agree.
-      const __nv_bfloat162 tr = *reinterpret_cast<const __nv_bfloat162*>(&top);
-      const __nv_bfloat162 br = *reinterpret_cast<const __nv_bfloat162*>(&bottom);
-      l0 += __low2float(tr) + __high2float(tr);
-      l1 += __low2float(br) + __high2float(br);
-      pa[nt / 2][(nt % 2) * 2] = top;
-      pa[nt / 2][(nt % 2) * 2 + 1] = bottom;
+      const float e0 = expf(s[nt][0] - base0), e1 = expf(s[nt][1] - base0);
+      const float e2 = expf(s[nt][2] - base1), e3 = expf(s[nt][3] - base1);
+      l0 += e0 + e1;
+      l1 += e2 + e3;
+      const int st = nt / 2, j = (nt % 2) * 2;
+      split(e0, e1, hi[st][j], lo[st][j]);
+      split(e2, e3, hi[st][j + 1], lo[st][j + 1]);
     }
     // O += P·V: V's B fragments by ldmatrix.trans, two 8-dim column tiles per load.
 #pragma unroll
@@ -206,8 +214,10 @@ __global__ __launch_bounds__(kThreads) void prefillKernel(PrefillArgs p) {
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                      : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
                      : "r"(unsigned(__cvta_generic_to_shared(src))));
-        mma(o[dt], pa[st], b[0], b[1]);
-        mma(o[dt + 1], pa[st], b[2], b[3]);
+        mma(o[dt], hi[st], b[0], b[1]);
+        mma(o[dt], lo[st], b[0], b[1]);
+        mma(o[dt + 1], hi[st], b[2], b[3]);
+        mma(o[dt + 1], lo[st], b[2], b[3]);
       }
     }
     __syncthreads();  // the next tile overwrites sK and sV
@@ -218,13 +228,15 @@ __global__ __launch_bounds__(kThreads) void prefillKernel(PrefillArgs p) {
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  const float inv0 = l0 > 0 ? 1 / l0 : 0, inv1 = l1 > 0 ? 1 / l1 : 0;
+  // As the other kernels and the CPU: scaled scores, expf, O / l (every rounding step alike
+  // keeps the bf16 model's greedy tokens where they were).
+  auto div = [](float x, float l) { return l > 0 ? x / l : 0.0f; };
   const int64_t outWidth = int64_t(p.numHeads) * HD;
   bf16* out = p.out + (q0 + r0) * outWidth + int64_t(h) * HD + pair;
 #pragma unroll
   for (int dt = 0; dt < HD / 8; ++dt) {
-    if (live0) *reinterpret_cast<uint32_t*>(out + dt * 8) = pack(o[dt][0] * inv0, o[dt][1] * inv0);
-    if (live1) *reinterpret_cast<uint32_t*>(out + 8 * outWidth + dt * 8) = pack(o[dt][2] * inv1, o[dt][3] * inv1);
+    if (live0) *reinterpret_cast<uint32_t*>(out + dt * 8) = pack(div(o[dt][0], l0), div(o[dt][1], l0));
+    if (live1) *reinterpret_cast<uint32_t*>(out + 8 * outWidth + dt * 8) = pack(div(o[dt][2], l1), div(o[dt][3], l1));
   }
 }
 
@@ -234,8 +246,11 @@ bool prefillOnTensorCores(DType act, DType cache, int headDim, int64_t numTokens
                           const void* qkv, const void* k, const void* v) {
   const bool aligned = (reinterpret_cast<uintptr_t>(qkv) | reinterpret_cast<uintptr_t>(k) |
                         reinterpret_cast<uintptr_t>(v)) % 16 == 0;
-  return act == DType::BF16 && cache == DType::BF16 && (headDim == 64 || headDim == 128) && numTokens > numSeqs &&
-         aligned;
+  // A block computes 64 query rows whatever the sequence brings: with fewer than 16 tokens
+  // a sequence on average (short prompts, decode rows beside a chunk), most rows would be
+  // padding, and the streaming kernel does the little work there is.
+  return act == DType::BF16 && cache == DType::BF16 && (headDim == 64 || headDim == 128) &&
+         numTokens >= kMinMeanQuery * numSeqs && aligned;
 }
 
 void prefillAttention(void* out, const void* qkv, KvCache c, const int32_t* blockTables, int64_t maxBlocks,
@@ -243,7 +258,7 @@ void prefillAttention(void* out, const void* qkv, KvCache c, const int32_t* bloc
                       HeadLayout l, float scale) {
   PrefillArgs a{static_cast<bf16*>(out), static_cast<const bf16*>(qkv), static_cast<const bf16*>(c.k),
                 static_cast<const bf16*>(c.v), blockTables, queryStarts, contextLens, int(numSeqs), maxBlocks,
-                c.numBlocks, int(c.blockSize), l.numHeads, l.numKvHeads, l.rowWidth(), scale * 1.4426950408889634f};
+                c.numBlocks, int(c.blockSize), l.numHeads, l.numKvHeads, l.rowWidth(), scale};
   // Enough tiles for any split of the tokens over the sequences; the extra blocks exit.
   const dim3 grid{unsigned((numTokens + kRows - 1) / kRows + numSeqs), unsigned(l.numHeads)};
   if (l.headDim == 64) prefillKernel<64><<<grid, kThreads, 0, stream()>>>(a);

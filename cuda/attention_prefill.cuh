@@ -5,7 +5,7 @@
 namespace mstar::gpu {
 
 // Whether a step goes to prefillAttention: bf16 activations and cache, head dim 64 or 128,
-// 16-byte aligned rows, and some sequence with more than one query token.
+// 16-byte aligned rows, and at least 16 query tokens a sequence on average.
 bool prefillOnTensorCores(DType act, DType cache, int headDim, int64_t numTokens, int64_t numSeqs, const void* qkv,
                           const void* k, const void* v);
 

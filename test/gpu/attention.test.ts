@@ -4,7 +4,7 @@
 // contexts long enough that decode splits the keys across blocks. Head dims 64, 128 and 256
 // take the streaming kernel (f32 caches of 256 excepted), the others the general one; bf16
 // steps with prefill tokens and head dim 64 or 128 the tensor-core kernel.
-import { describe, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 
 import { ACTS, addon, describeGpu, expectClose, expectSame, floats, i32, onCpu, onCuda, Rng, rounded, tol, type Act } from './helpers.js';
 
@@ -107,5 +107,23 @@ describeGpu('cuda paged attention', () => {
         }
       });
     });
+  });
+});
+
+// The tensor-core prefill against the same step in f32 activations (the streaming kernel,
+// whose output is not rounded): as close as a bf16 output can be, the f32 result rounded
+// to bf16, but for values on a rounding boundary (f32 sums in another order).
+describeGpu('cuda prefill attention on tensor cores', () => {
+  it.each([
+    [{ numHeads: 4, numKvHeads: 2, headDim: 64 }, [{ cached: 0, fresh: 150 }, { cached: 40, fresh: 30 }, { cached: 0, fresh: 33 }]],
+    [{ numHeads: 16, numKvHeads: 8, headDim: 128 }, [{ cached: 0, fresh: 200 }, { cached: 100, fresh: 64 }]],
+  ] as [Layout, Seq[]][])('%o', (l, seqs) => {
+    const ref = step('cuda', 'f32', 'bf16', seqs, 16, l, 11, 1).out;
+    const got = step('cuda', 'bf16', 'bf16', seqs, 16, l, 11, 1).out;
+    const best = rounded('bf16', ref);
+    let exact = 0;
+    for (let i = 0; i < got.length; i++) if (got[i] === best[i]) exact++;
+    expect(exact / got.length).toBeGreaterThanOrEqual(0.99);
+    expectClose(got, ref, 2 ** -8);
   });
 });
