@@ -17,11 +17,12 @@ __global__ void siluMulKernel(T* out, const T* gateUp, int64_t n, int64_t inter)
 }
 
 // siluMul of row blockIdx.x, and the LoRA shrink of that row where it is made: the row's
-// gridDim.y blocks (one per rank row) each store their share of the columns and shrink
-// their rank row, recomputing the values they need as siluMul stores them.
+// gridDim.y blocks each store their share of the columns and shrink their rank row (by the
+// whole block), or with byWarp their kFusedWarps rank rows (a warp each), recomputing the
+// values they need as siluMul stores them.
 template <typename T, typename A>
 __global__ void siluMulShrinkKernel(T* out, const T* gateUp, int64_t inter, T* t, const A* a, int64_t numSlots,
-                                    const int32_t* slotOfRow, int64_t rankRows, bool vec, SlotRanks sr) {
+                                    const int32_t* slotOfRow, int64_t rankRows, bool vec, bool byWarp, SlotRanks sr) {
   const int64_t row = blockIdx.x;
   const T* g = gateUp + row * 2 * inter;
   auto act = [&](int64_t i) {
@@ -30,8 +31,12 @@ __global__ void siluMulShrinkKernel(T* out, const T* gateUp, int64_t inter, T* t
   };
   const int64_t share = (inter + gridDim.y - 1) / gridDim.y, end = min(inter, (blockIdx.y + 1) * share);
   for (int64_t i = blockIdx.y * share + threadIdx.x; i < end; i += blockDim.x) out[row * inter + i] = fromF<T>(act(i));
-  if (blockIdx.y < rankRows)
+  if (byWarp) {
+    const int64_t k = int64_t(blockIdx.y) * kFusedWarps + threadIdx.x / 32;
+    if (k < rankRows) shrinkRowByWarp(t, a, numSlots, slotOfRow[row], row, k, rankRows, inter, vec, sr, act);
+  } else if (blockIdx.y < rankRows) {
     shrinkRowByBlock(t, a, numSlots, slotOfRow[row], row, blockIdx.y, rankRows, inter, vec, sr, act);
+  }
 }
 
 template <typename T>
@@ -56,11 +61,13 @@ void siluMul(DType act, void* out, const void* gateUp, int64_t n, int64_t inter)
 
 void siluMulShrink(DType act, void* out, const void* gateUp, int64_t n, int64_t inter, LoraShrinkArgs lora) {
   if (n * inter == 0) return;
-  if (n > kFusedShrinkRows) {
+  if (n > kFusedWarpRows) {
     siluMul(act, out, gateUp, n, inter);
     return loraShrink(act, lora.t, out, lora.a, lora.numSlots, lora.slotOfRow, n, inter, lora.rankRows, lora.ranks);
   }
-  const dim3 grid(unsigned(n), unsigned(std::max<int64_t>(1, lora.rankRows)));
+  const bool byWarp = n > kFusedShrinkRows;
+  const int64_t perRow = byWarp ? (lora.rankRows + kFusedWarps - 1) / kFusedWarps : lora.rankRows;
+  const dim3 grid(unsigned(n), unsigned(std::max<int64_t>(1, perRow)));
   withAct(act, [&](auto t) {
     withFloat(lora.a.dtype, [&](auto at) {
       using T = decltype(t);
@@ -69,7 +76,7 @@ void siluMulShrink(DType act, void* out, const void* gateUp, int64_t n, int64_t 
       siluMulShrinkKernel<T, A><<<grid, 256, 0, stream()>>>(static_cast<T*>(out), static_cast<const T*>(gateUp), inter,
                                                             static_cast<T*>(lora.t), static_cast<const A*>(lora.a.data),
                                                             lora.numSlots, lora.slotOfRow, lora.rankRows, vec,
-                                                            lora.ranks);
+                                                            byWarp, lora.ranks);
     });
   });
   checkLaunch("siluMulShrink kernel");

@@ -44,13 +44,14 @@ __global__ void addRmsNormKernel(T* residual, const T* x, const W* w, T* out, in
 }
 
 // rmsNorm of row blockIdx.x, and the LoRA shrink of the normed row where it is made: the
-// row's gridDim.y blocks (one per rank row) each work out the row's scale (x is only read,
-// so they need not wait for each other), store their share of the columns, and shrink
-// their rank row, recomputing the normed values as rmsNorm stores them.
+// row's gridDim.y blocks each work out the row's scale (x is only read, so they need not
+// wait for each other), store their share of the columns, and shrink their rank row (by
+// the whole block), or with byWarp their kFusedWarps rank rows (a warp each), recomputing
+// the normed values as rmsNorm stores them.
 template <typename T, typename W, typename A>
 __global__ void rmsNormShrinkKernel(T* out, const T* x, const W* w, int64_t dim, float eps, T* t, const A* a,
                                     int64_t numSlots, const int32_t* slotOfRow, int64_t rankRows, bool vec,
-                                    SlotRanks sr) {
+                                    bool byWarp, SlotRanks sr) {
   __shared__ float partial[32];
   const int64_t row = blockIdx.x;
   const T* xr = x + row * dim;
@@ -64,8 +65,12 @@ __global__ void rmsNormShrinkKernel(T* out, const T* x, const W* w, int64_t dim,
   auto normed = [&](int64_t i) { return toF(fromF<T>(toF(w[i]) * (toF(xr[i]) * r))); };
   const int64_t share = (dim + gridDim.y - 1) / gridDim.y, end = min(dim, (blockIdx.y + 1) * share);
   for (int64_t i = blockIdx.y * share + threadIdx.x; i < end; i += blockDim.x) o[i] = fromF<T>(normed(i));
-  if (blockIdx.y < rankRows)
+  if (byWarp) {
+    const int64_t k = int64_t(blockIdx.y) * kFusedWarps + threadIdx.x / 32;
+    if (k < rankRows) shrinkRowByWarp(t, a, numSlots, slotOfRow[row], row, k, rankRows, dim, vec, sr, normed);
+  } else if (blockIdx.y < rankRows) {
     shrinkRowByBlock(t, a, numSlots, slotOfRow[row], row, blockIdx.y, rankRows, dim, vec, sr, normed);
+  }
 }
 
 // One warp per (token, head) over the q heads then the k heads of fused qkv rows, in place.
@@ -120,11 +125,13 @@ void addRmsNorm(DType act, void* residual, const void* x, Weights w, void* out, 
 void rmsNormShrink(DType act, void* out, const void* x, Weights w, int64_t rows, int64_t dim, float eps,
                    LoraShrinkArgs lora) {
   if (rows == 0) return;
-  if (rows > kFusedShrinkRows) {
+  if (rows > kFusedWarpRows) {
     rmsNorm(act, out, x, w, rows, dim, eps);
     return loraShrink(act, lora.t, out, lora.a, lora.numSlots, lora.slotOfRow, rows, dim, lora.rankRows, lora.ranks);
   }
-  const dim3 grid(unsigned(rows), unsigned(std::max<int64_t>(1, lora.rankRows)));
+  const bool byWarp = rows > kFusedShrinkRows;
+  const int64_t perRow = byWarp ? (lora.rankRows + kFusedWarps - 1) / kFusedWarps : lora.rankRows;
+  const dim3 grid(unsigned(rows), unsigned(std::max<int64_t>(1, perRow)));
   withAct(act, [&](auto t) {
     withFloat(w.dtype, [&](auto wt) {
       withFloat(lora.a.dtype, [&](auto at) {
@@ -135,7 +142,7 @@ void rmsNormShrink(DType act, void* out, const void* x, Weights w, int64_t rows,
         rmsNormShrinkKernel<T, W, A><<<grid, kThreads, 0, stream()>>>(
             static_cast<T*>(out), static_cast<const T*>(x), static_cast<const W*>(w.data), dim, eps,
             static_cast<T*>(lora.t), static_cast<const A*>(lora.a.data), lora.numSlots, lora.slotOfRow, lora.rankRows,
-            vec, lora.ranks);
+            vec, byWarp, lora.ranks);
       });
     });
   });

@@ -53,11 +53,28 @@ __device__ void shrinkRowByBlock(T* t, const A* a, int64_t numSlots, int32_t slo
   if (threadIdx.x == 0) t[r * rankRows + k] = fromF<T>(acc);
 }
 
+// Rank row k of row r into t by one warp (lanes over the row, their sums met by shuffles):
+// for batches whose rows already give many blocks. Slot 0, a slot outside the table, or a
+// padding row gives zeros.
+template <typename T, typename A, typename F>
+__device__ void shrinkRowByWarp(T* t, const A* a, int64_t numSlots, int32_t slot, int64_t r, int64_t k,
+                                int64_t rankRows, int64_t in, bool vec, const SlotRanks& sr, F&& xAt) {
+  const int lane = threadIdx.x % 32;
+  float acc = 0;
+  if (slot > 0 && slot < numSlots && hasRankRow(sr, slot, k, rankRows))
+    acc = shrinkPart(a + (int64_t(slot) * rankRows + k) * in, in, 0, 1, lane, vec, xAt);
+  acc = warpSum(acc);
+  if (lane == 0) t[r * rankRows + k] = fromF<T>(acc);
+}
+
 // Up to this many rows the producing kernels shrink where they make x, each of a row's
 // rank-row blocks recomputing what it needs of the row, and loraShrink gives each rank row
-// a block. Above it (prefill, large batches) the rows give the parallelism: x is made once,
-// then loraShrink's warps take a rank row each for a tile of rows, 8 to a block sharing it.
+// a block. Up to kFusedWarpRows (decode batches) they still shrink where they make x, a
+// warp to a rank row, 8 to a block. Above (prefill) the rows give the parallelism: x is
+// made once, then loraShrink's warps take a rank row each for a tile of rows.
 constexpr int64_t kFusedShrinkRows = 16;
+constexpr int64_t kFusedWarpRows = 64;
+constexpr int kFusedWarps = 8;  // rank rows to a block in the warp layout
 
 inline bool rowsAligned16(const void* p, int64_t in, size_t elem) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0 && (in * int64_t(elem)) % 16 == 0;

@@ -26,6 +26,11 @@ export interface LoraTarget {
 
 export class SlotWeights {
   readonly targets = new Map<string, LoraTarget>();
+  /** Every target's ranks, one after the other: a slot load sends them in one copy. */
+  private readonly ranks: Tensor;
+  private readonly hostRanks: Int32Array;
+  /** Per target, each slot's [rows, cols] views of a and b (made once: loads are frequent). */
+  private readonly slotViews = new Map<LoraTarget, { a: Tensor; b: Tensor }[]>();
 
   /** `targets`: HF module names; a fused weight gets slots if any of its parts is a target. */
   constructor(
@@ -33,26 +38,34 @@ export class SlotWeights {
     readonly placement: Placement = CPU,
   ) {
     const { act, device } = placement;
-    for (const w of engineWeights(config, rulesFor(config.family))) {
-      if (w.rule.kind === 'norm' || !w.parts.some((p) => targets.has(moduleName(p.hf)))) continue;
+    const weights = engineWeights(config, rulesFor(config.family))
+      .filter((w) => w.rule.kind !== 'norm' && w.parts.some((p) => targets.has(moduleName(p.hf))));
+    const slicesOf = (w: (typeof weights)[number]) => (w.rule.kind === 'embedding' ? 1 : w.parts.length);
+    const total = weights.reduce((n, w) => n + numSlots * slicesOf(w), 0);
+    this.ranks = addon.zeros('i32', [Math.max(1, total)], device);
+    this.hostRanks = new Int32Array(Math.max(1, total));
+    let at = 0;
+    for (const w of weights) {
       const embedding = w.rule.kind === 'embedding';
       const [rows, cols] = w.shape;
       const offsets = w.parts.map((p) => p.rowOffset);
       const out = embedding ? cols : rows;
-      const slices = embedding ? 1 : offsets.length;
-      this.targets.set(w.name, {
+      const slices = slicesOf(w);
+      const span = this.ranks.narrow(at, numSlots * slices);
+      // An embedding's delta covers the whole hidden vector: one slice.
+      const starts = embedding ? [0, cols] : [...offsets, rows];
+      const t: LoraTarget = {
         name: w.name, embedding, sliceOffsets: offsets,
-        sliceStarts: addon.fromArray('i32', [offsets.length + 1], Int32Array.from([...offsets, rows]), device),
+        sliceStarts: addon.fromArray('i32', [starts.length], Int32Array.from(starts), device),
         a: addon.zeros(act, embedding ? [numSlots, rows, rank] : [numSlots, offsets.length * rank, cols], device),
         b: addon.zeros(act, [numSlots, out, rank], device),
-        ranks: addon.zeros('i32', [numSlots, slices], device),
-        hostRanks: new Int32Array(numSlots * slices),
-      });
-      if (embedding) {
-        // An embedding's delta covers the whole hidden vector: one slice.
-        this.targets.get(w.name)!.sliceStarts.dispose();
-        this.targets.get(w.name)!.sliceStarts = addon.fromArray('i32', [2], Int32Array.from([0, cols]), device);
-      }
+        ranks: span.view([numSlots, slices]),
+        hostRanks: this.hostRanks.subarray(at, at + numSlots * slices),
+      };
+      span.dispose();
+      at += numSlots * slices;
+      this.targets.set(w.name, t);
+      this.slotViews.set(t, Array.from({ length: numSlots }, (_, slot) => ({ a: slice(t.a, slot), b: slice(t.b, slot) })));
     }
   }
 
@@ -63,53 +76,39 @@ export class SlotWeights {
    */
   load(slot: number, host: HostAdapter): void {
     const regions: UploadRegion[] = [];
-    const views: Tensor[] = [];
-    const view = (stack: Tensor): Tensor => {
-      const v = slice(stack, slot);
-      views.push(v);
-      return v;
-    };
+    const views = (t: LoraTarget) => this.slotViews.get(t)![slot];
     const ranks = new Map<LoraTarget, Int32Array>();
     for (const t of this.targets.values()) ranks.set(t, new Int32Array(t.ranks.shape[1]));
     for (const { module: m, a, b } of host.modules) {
       const t = this.targets.get(m.location.engine)!;
       const j = t.embedding ? 0 : t.sliceOffsets.indexOf(m.location.rowOffset);
-      regions.push({ dst: view(t.a), src: a, row: j * this.rank }, { dst: view(t.b), src: b, row: t.embedding ? 0 : m.location.rowOffset });
+      regions.push({ dst: views(t).a, src: a, row: j * this.rank }, { dst: views(t).b, src: b, row: t.embedding ? 0 : m.location.rowOffset });
       ranks.get(t)![j] = m.rank;
     }
     // A target the adapter covers only in part keeps zeros elsewhere: zero it first (the
     // kernels skip padding by rank, but stale rows of an earlier adapter must not linger).
     const full = [...ranks].filter(([, r]) => r.every((k) => k === this.rank)).map(([t]) => t);
-    const zeros = [...this.targets.values()].filter((t) => !full.includes(t)).flatMap((t) => [{ dst: view(t.a) }, { dst: view(t.b) }]);
-    try {
-      addon.upload([...zeros, ...regions]);
-    } finally {
-      views.forEach((v) => v.dispose());
-    }
+    const zeros = [...this.targets.values()].filter((t) => !full.includes(t)).flatMap((t) => [{ dst: views(t).a }, { dst: views(t).b }]);
+    addon.upload([...zeros, ...regions]);
     for (const [t, r] of ranks) t.hostRanks.set(r, slot * r.length);
-    this.uploadRanks();
+    this.ranks.copyFromAsync(this.hostRanks);
   }
 
   clear(slot: number): void {
-    const views = [...this.targets.values()].flatMap((t) => [slice(t.a, slot), slice(t.b, slot)]);
-    try {
-      addon.upload(views.map((dst) => ({ dst })));
-    } finally {
-      views.forEach((v) => v.dispose());
-    }
+    addon.upload([...this.targets.values()].flatMap((t) => [{ dst: this.slotViews.get(t)![slot].a }, { dst: this.slotViews.get(t)![slot].b }]));
     for (const t of this.targets.values()) {
       const slices = t.ranks.shape[1];
       t.hostRanks.fill(0, slot * slices, (slot + 1) * slices);
     }
-    this.uploadRanks();
-  }
-
-  private uploadRanks(): void {
-    for (const t of this.targets.values()) t.ranks.copyFromAsync(t.hostRanks);
+    this.ranks.copyFromAsync(this.hostRanks);
   }
 
   dispose(): void {
-    for (const t of this.targets.values()) [t.a, t.b, t.sliceStarts, t.ranks].forEach((x) => x.dispose());
+    for (const t of this.targets.values()) {
+      for (const v of this.slotViews.get(t)!) [v.a, v.b].forEach((x) => x.dispose());
+      [t.a, t.b, t.sliceStarts, t.ranks].forEach((x) => x.dispose());
+    }
+    this.ranks.dispose();
   }
 }
 
