@@ -82,7 +82,8 @@ export class SlotWeights {
     for (const { module: m, a, b } of host.modules) {
       const t = this.targets.get(m.location.engine)!;
       const j = t.embedding ? 0 : t.sliceOffsets.indexOf(m.location.rowOffset);
-      regions.push({ dst: views(t).a, src: a, row: j * this.rank }, { dst: views(t).b, src: b, row: t.embedding ? 0 : m.location.rowOffset });
+      const { a: aSlot, b: bSlot } = views(t);
+      regions.push({ dst: aSlot, src: a, row: j * this.rank }, { dst: bSlot, src: b, row: t.embedding ? 0 : m.location.rowOffset });
       ranks.get(t)![j] = m.rank;
     }
     // A target the adapter covers only in part keeps zeros elsewhere: zero it first (the
@@ -95,7 +96,7 @@ export class SlotWeights {
   }
 
   clear(slot: number): void {
-    addon.upload([...this.targets.values()].flatMap((t) => [{ dst: this.slotViews.get(t)![slot].a }, { dst: this.slotViews.get(t)![slot].b }]));
+    addon.upload([...this.slotViews.values()].flatMap((views) => [{ dst: views[slot].a }, { dst: views[slot].b }]));
     for (const t of this.targets.values()) {
       const slices = t.ranks.shape[1];
       t.hostRanks.fill(0, slot * slices, (slot + 1) * slices);
