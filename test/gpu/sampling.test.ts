@@ -3,15 +3,8 @@
 // reports the same log-probabilities and top tokens, ties broken by the lower index.
 import { describe, expect, it } from 'vitest';
 
+import type { Draw } from '../ops/reference.js';
 import { ACTS, addon, describeGpu, expectClose, floats, i32, i64, ints, onCpu, onCuda, Rng, rounded, type Act } from './helpers.js';
-
-interface Draw {
-  temperature: number;
-  topK: number;
-  topP: number;
-  seed: number;
-  step: number;
-}
 
 const PARAMS: Omit<Draw, 'seed' | 'step'>[] = [
   { temperature: 0, topK: 0, topP: 1 },

@@ -189,6 +189,15 @@ export function ranked(logits: Vec): number[] {
  * all), then cut to the smallest prefix whose probability reaches topP (at least one
  * token), renormalised.
  */
+/** One row's sampling settings, as sample() takes them (seed and step pick its random stream). */
+export interface Draw {
+  temperature: number;
+  topK: number;
+  topP: number;
+  seed: number;
+  step: number;
+}
+
 export function samplingDistribution(logits: Vec, temperature: number, topK: number, topP: number): { ids: number[]; probs: number[] } {
   let ids = ranked(logits);
   if (topK > 0) ids = ids.slice(0, topK);

@@ -4,14 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { addon, expectClose, expectOpError, expectSame, f32, floats, i32, i64, ints, ODD_SIZES } from './helpers.js';
 import { Rng } from './random.js';
 import * as ref from './reference.js';
-
-interface Draw {
-  temperature: number;
-  topK: number;
-  topP: number;
-  seed: number;
-  step: number;
-}
+import type { Draw } from './reference.js';
 
 const FREE: Omit<Draw, 'seed' | 'step'> = { temperature: 1, topK: 0, topP: 1 };
 
