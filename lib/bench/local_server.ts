@@ -7,6 +7,7 @@ import { engineOptionsOf } from '../config/engine_options.js';
 import { loadServeConfig } from '../config/load.js';
 import type { ServeConfig } from '../config/schema.js';
 import { EngineClient } from '../engine/client.js';
+import type { EngineStats } from '../engine/types.js';
 import { buildApp } from '../server/app.js';
 import { Tokenizer } from '../tokenizer/tokenizer.js';
 
@@ -14,6 +15,8 @@ export interface LocalServer {
   url: string;
   config: ServeConfig;
   vocabSize: number;
+  /** The engine's counters as of its last step. */
+  stats(): EngineStats;
   close(): Promise<void>;
 }
 
@@ -44,6 +47,7 @@ export async function startLocalServer(config: ServeConfig, onProgress?: (messag
     url: `http://127.0.0.1:${port}`,
     config,
     vocabSize: engine.info.vocabSize,
+    stats: () => engine.stats(),
     close: async () => {
       // A benchmark's requests have all ended by now; cut any idle keep-alive sockets at once.
       app.server.closeAllConnections();

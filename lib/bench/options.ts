@@ -1,5 +1,5 @@
 // What `mstar bench` is asked to measure, and the JSON report it writes.
-import type { CellReport } from './cell.js';
+import type { CellReport, EngineSide } from './cell.js';
 import type { LengthDist } from './lengths.js';
 import type { LoadShape } from './load.js';
 import type { MixName } from './mix.js';
@@ -64,6 +64,16 @@ export interface BenchReport {
   cells: CellReport[];
   roofline: RooflineReport | null;
   prefill: PrefillReport | null;
+  /** serve only: each engine's counters over its whole run (warm-up included). */
+  engines: EngineCounters[] | null;
+}
+
+export interface EngineCounters {
+  engine: EngineSide;
+  steps: number;
+  preemptions: number;
+  /** The adapter pool: slot loads, evictions, time-slice hand-overs, host seconds starting loads. */
+  lora?: { loads: number; evictions: number; turns: number; loadSeconds: number };
 }
 
 export function defaultRequests(load: LoadShape): number {

@@ -11,7 +11,7 @@ import { formatLength, meanLength } from './lengths.js';
 import type { LoadShape } from './load.js';
 import { loadBenchConfig, startLocalServer, withoutLora } from './local_server.js';
 import { needsAdapters, type MixName } from './mix.js';
-import type { BenchOptions, BenchReport } from './options.js';
+import type { BenchOptions, BenchReport, EngineCounters } from './options.js';
 import { promptIdLimit } from './prompts.js';
 import { prefillFlops, prefillReport } from './prefill.js';
 import { adapterBytes, modelBytes, roofline } from './roofline.js';
@@ -54,6 +54,7 @@ export async function runBenchmark(opts: BenchOptions, ui: BenchUi): Promise<Ben
 
   const grid: Grid = { opts, loads, adapters, idLimit, ui };
   let cells: CellReport[], baseline: CellReport[] = [], prefill: CellReport[] = [];
+  let engines: EngineCounters[] | null = null;
   let url: string, baselineUrl: string | null = null;
   if (serveConfig !== undefined) {
     const long = opts.prefill === undefined ? undefined : prefillGrid(grid, opts.prefill, serveConfig);
@@ -63,9 +64,10 @@ export async function runBenchmark(opts: BenchOptions, ui: BenchUi): Promise<Ben
       return { grid: grid_, prefill: long ? await runGridOnThread(long, side, ['base']) : [] };
     };
     // The engine under test, then its LoRA-off twin: one at a time, so neither slows the other.
-    let on, off;
-    ({ url, out: on } = await onLocalServer('lora-on', serveConfig, ui, measure(mixes)));
-    ({ url: baselineUrl, out: off } = await onLocalServer('lora-off', withoutLora(serveConfig), ui, measure(['base'])));
+    let on, off, onCounters, offCounters;
+    ({ url, out: on, counters: onCounters } = await onLocalServer('lora-on', serveConfig, ui, measure(mixes)));
+    ({ url: baselineUrl, out: off, counters: offCounters } = await onLocalServer('lora-off', withoutLora(serveConfig), ui, measure(['base'])));
+    engines = [onCounters, offCounters];
     cells = on.grid;
     baseline = off.grid;
     prefill = [...on.prefill, ...off.prefill];
@@ -105,6 +107,7 @@ export async function runBenchmark(opts: BenchOptions, ui: BenchUi): Promise<Ben
     prefill: opts.prefill !== undefined && serveConfig !== undefined
       ? prefillReport(prefill, opts.prefill, prefillFlops(serveConfig, opts.prefill), opts.peakTflops)
       : null,
+    engines,
   };
 }
 
@@ -135,12 +138,15 @@ function loadPoints(opts: BenchOptions, ui: BenchUi): LoadShape[] {
 
 async function onLocalServer<T>(
   engine: EngineSide, config: ServeConfig, ui: BenchUi, run: (side: Side) => Promise<T>,
-): Promise<{ url: string; out: T }> {
+): Promise<{ url: string; out: T; counters: EngineCounters }> {
   const lora = config.resources.lora;
   ui.log(`${engine}: starting mstar on ${config.model} (device ${config.device}${lora ? `, ${lora.adapters.length} adapters, ${lora.slots} slots` : ', LoRA off'})`);
   const server = await startLocalServer(config, (m) => ui.status(`${engine}: ${m}`));
   try {
-    return { url: server.url, out: await run({ engine, url: server.url, base: config.served_model_name }) };
+    const out = await run({ engine, url: server.url, base: config.served_model_name });
+    const { steps, preemptions, lora } = server.stats();
+    const pool = lora && { loads: lora.loads, evictions: lora.evictions, turns: lora.turns, loadSeconds: lora.loadSeconds };
+    return { url: server.url, out, counters: { engine, steps, preemptions, ...(pool ? { lora: pool } : {}) } };
   } finally {
     await server.close();
   }

@@ -1,6 +1,7 @@
 // The results table for a terminal: one row per cell, columns aligned, milliseconds for latency.
 import type { CellReport } from './cell.js';
 import { describeLoad } from './load.js';
+import type { EngineCounters } from './options.js';
 import type { PrefillReport } from './prefill.js';
 import type { RooflineReport } from './roofline.js';
 import { formatBytes } from './status_line.js';
@@ -57,4 +58,12 @@ export function formatPrefill(r: PrefillReport): string {
   if (r.cells.length === 0) return `${head}\n  no cell with a measured TTFT`;
   return [head, ...r.cells.map((c) =>
     `  ${c.engine.padEnd(8)} TTFT p50 ${formatMs(c.ttftMs)} ms -> ${c.tflops.toFixed(1)} TFLOP/s, ${formatPercent(c.fraction)} of peak`)].join('\n');
+}
+
+/** One line per engine: its steps and preemptions, and the adapter pool's work. */
+export function formatCounters(engines: readonly EngineCounters[]): string {
+  return engines.map((e) => `${e.engine}: ${e.steps} steps, ${e.preemptions} preemptions` + (e.lora
+    ? `; adapter pool: ${e.lora.loads} slot loads (${(e.lora.loadSeconds * 1e3).toFixed(1)} ms of host time to start them), ` +
+      `${e.lora.evictions} evictions, ${e.lora.turns} time-slice hand-overs`
+    : '')).join('\n');
 }

@@ -12,7 +12,7 @@ import { DEFAULT_HBM_GBPS } from '../bench/roofline.js';
 import { BenchError, runBenchmark } from '../bench/run.js';
 import { StatusLine } from '../bench/status_line.js';
 import { chartSvg } from '../bench/svg.js';
-import { formatPrefill, formatRoofline, formatTable } from '../bench/table.js';
+import { formatCounters, formatPrefill, formatRoofline, formatTable } from '../bench/table.js';
 
 export const BENCH_HELP = `usage: mstar bench (--serve serve.yaml | --url URL [--model NAME]) [options]
 
@@ -183,6 +183,7 @@ export async function runBench(args: string[]): Promise<number> {
   out(formatTable(report.cells));
   if (report.roofline !== null) out(`\n${formatRoofline(report.roofline)}`);
   if (report.prefill !== null) out(`\n${formatPrefill(report.prefill)}`);
+  if (report.engines !== null) out(`\n${formatCounters(report.engines)}`);
   if (values.json !== undefined) {
     await writeFile(values.json, `${JSON.stringify(report, null, 2)}\n`);
     out(`wrote ${values.json}`);
