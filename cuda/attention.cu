@@ -456,7 +456,7 @@ void pagedAttention(DType act, void* out, const void* qkv, KvCache c, const int3
                     HeadLayout l, float scale) {
   if (numTokens == 0 || numSeqs == 0) return;
   if (l.headDim > 256) throw Error("pagedAttention: headDim above 256 is not supported on cuda");
-  if (prefillOnTensorCores(act, c.dtype, l.headDim, numTokens, numSeqs, qkv, c.k, c.v))
+  if (prefillOnTensorCores(act, c.dtype, l.headDim, numTokens, numSeqs, out, qkv, c.k, c.v))
     return prefillAttention(out, qkv, c, blockTables, maxBlocks, queryStarts, contextLens, numSeqs, numTokens, l, scale);
   const int groups = l.numHeads / l.numKvHeads;
   const int gt = groups % 8 == 0 ? 8 : groups % 4 == 0 ? 4 : groups % 2 == 0 ? 2 : 1;

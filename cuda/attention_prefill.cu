@@ -242,10 +242,10 @@ __global__ __launch_bounds__(kThreads) void prefillKernel(PrefillArgs p) {
 
 }  // namespace
 
-bool prefillOnTensorCores(DType act, DType cache, int headDim, int64_t numTokens, int64_t numSeqs,
+bool prefillOnTensorCores(DType act, DType cache, int headDim, int64_t numTokens, int64_t numSeqs, const void* out,
                           const void* qkv, const void* k, const void* v) {
-  const bool aligned = (reinterpret_cast<uintptr_t>(qkv) | reinterpret_cast<uintptr_t>(k) |
-                        reinterpret_cast<uintptr_t>(v)) % 16 == 0;
+  const bool aligned = (reinterpret_cast<uintptr_t>(out) | reinterpret_cast<uintptr_t>(qkv) |
+                        reinterpret_cast<uintptr_t>(k) | reinterpret_cast<uintptr_t>(v)) % 16 == 0;
   // A block computes 64 query rows whatever the sequence brings: with fewer than 16 tokens
   // a sequence on average (short prompts, decode rows beside a chunk), most rows would be
   // padding, and the streaming kernel does the little work there is.

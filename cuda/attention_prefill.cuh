@@ -6,8 +6,8 @@ namespace mstar::gpu {
 
 // Whether a step goes to prefillAttention: bf16 activations and cache, head dim 64 or 128,
 // 16-byte aligned rows, and at least 16 query tokens a sequence on average.
-bool prefillOnTensorCores(DType act, DType cache, int headDim, int64_t numTokens, int64_t numSeqs, const void* qkv,
-                          const void* k, const void* v);
+bool prefillOnTensorCores(DType act, DType cache, int headDim, int64_t numTokens, int64_t numSeqs, const void* out,
+                          const void* qkv, const void* k, const void* v);
 
 // pagedAttention's contract (bf16 out) on tensor cores.
 void prefillAttention(void* out, const void* qkv, KvCache c, const int32_t* blockTables, int64_t maxBlocks,

@@ -70,7 +70,9 @@ ReadArgs parseRead(const Napi::CallbackInfo& info, const char* op) {
   if (isFloat(src) != isFloat(dst.dtype()) || (!isFloat(src) && src != dst.dtype()))
     throw Napi::TypeError::New(env, std::string(op) + ": cannot store " + dtypeName(src) + " data in a " +
                                         dtypeName(dst.dtype()) + " tensor");
-  const float scale = info[6].IsUndefined() ? 1.0f : float(info[6].ToNumber().DoubleValue());
+  const bool noScale = info[6].IsUndefined() || info[6].IsNull();
+  if (!noScale && !info[6].IsNumber()) throw Napi::TypeError::New(env, std::string(op) + ": scale must be a number");
+  const float scale = noScale ? 1.0f : float(info[6].As<Napi::Number>().DoubleValue());
   if (scale != 1.0f && !isFloat(src))
     throw Napi::TypeError::New(env, std::string(op) + ": a scale needs float data, got " + dtypeName(src));
   return {&dst, dstOffset, path, fileOffset, src, count, scale};

@@ -153,18 +153,19 @@ export class Engine {
   }
 
   /**
-   * Time slices of the adapter slots: when the oldest request waiting for a slot finds
-   * every slot pinned, and the longest-held slot's slice is over, that slot's requests
-   * pause (keeping their KV) and the slot takes the waiting adapter. The paused requests
-   * queue behind it, so the waiter is the first to claim the slot.
+   * Time slices of the adapter slots: when every slot is pinned and the longest-held
+   * slot's slice is over, that slot's requests pause (keeping their KV) and the slot goes
+   * to the adapter of the oldest request waiting for one (whose host copy is read), kept
+   * for it until its requests come in.
    */
   private takeTurns(lora: LoraManager): void {
     lora.tick();
-    const waiter = this.scheduler.waiting.find((s) => s.adapterKey !== null && !lora.isResident(s.adapterKey));
-    const slot = waiter && lora.turnFor(waiter.adapterKey!);
+    const slot = lora.turnReady();
     if (slot === undefined) return;
+    const waiter = this.scheduler.waiting.find((s) => s.adapterKey !== null && lora.canTakeTurn(s.adapterKey));
+    if (!waiter) return;
     this.scheduler.pause((s) => s.slot === slot);
-    lora.handOver(slot, waiter!.adapterKey!);
+    lora.handOver(slot, waiter.adapterKey!);
   }
 
   stats(): EngineStats {

@@ -5,6 +5,7 @@ import { performance } from 'node:perf_hooks';
 import { addon, type Tensor } from '../addon/index.js';
 import { KvCache, stepTensors, type Model, type StepInput } from '../models/index.js';
 import { Workspace } from '../models/workspace.js';
+import type { SlotWeights } from '../lora/slot_weights.js';
 import { GraphRunner, type GraphRunnerOptions, type GraphStats } from './graph_runner.js';
 import type { ScheduledSeq } from './scheduler.js';
 import type { TokenLogprob } from './types.js';
@@ -36,6 +37,7 @@ export class ModelRunner {
    * nothing (it took about 200 allocations with an adapter, one per target and layer).
    */
   private eagerWs?: Workspace;
+  private eagerWsLora?: SlotWeights;
   private readonly timing = { graph: { steps: 0, ms: 0 } as Timing, eager: { steps: 0, ms: 0 } as Timing };
 
   constructor(readonly model: Model, readonly kv: KvCache, readonly options?: RunnerOptions) {
@@ -95,11 +97,20 @@ export class ModelRunner {
     }
   }
 
-  /** Undefined without limits to size it (a runner made without options allocates per step). */
+  /**
+   * Undefined without limits to size it (a runner made without options allocates per
+   * step). Made again if the model's adapter pool changed (its rank-space buffer's width).
+   */
   private eagerWorkspace(): Workspace | undefined {
     const o = this.options;
-    if (!this.eagerWs && o) {
+    if (!o) return undefined;
+    if (this.eagerWs && this.eagerWsLora !== this.model.lora) {
+      this.eagerWs.dispose();
+      this.eagerWs = undefined;
+    }
+    if (!this.eagerWs) {
       this.eagerWs = new Workspace(this.model.config, this.model.placement, o.maxNumBatchedTokens, o.maxBatchSize, this.model.lora);
+      this.eagerWsLora = this.model.lora;
     }
     return this.eagerWs;
   }

@@ -100,7 +100,11 @@ export class Scheduler {
         if (seq.outputIds.length === 0) seq.cachedPromptTokens = seq.numComputed;
       }
       const count = Math.min(seq.pending, budget);
-      if (!this.blocks.reserve(seq, seq.numComputed + count)) {
+      // Paused sequences (their adapter's slot turn is over) wait holding their KV: when
+      // blocks run out, they give it up first, newest first, and recompute later.
+      let reserved = this.blocks.reserve(seq, seq.numComputed + count);
+      while (!reserved && this.dropPausedKv(seq)) reserved = this.blocks.reserve(seq, seq.numComputed + count);
+      if (!reserved) {
         // Out of KV blocks: first come, first served. A waiting sequence holds nothing, not
         // even its cached prefix, or waiters could fill the cache between them and stall.
         this.hooks.release(seq);
@@ -119,6 +123,19 @@ export class Scheduler {
       budget -= count;
     }
     return out;
+  }
+
+  /** Frees the KV of the newest waiting sequence besides `seq` that holds some; false if none does. */
+  private dropPausedKv(seq: Sequence): boolean {
+    for (let i = this.waiting.length - 1; i >= 0; i--) {
+      const s = this.waiting[i];
+      if (s === seq || s.blocks.length === 0) continue;
+      this.blocks.release(s);
+      s.numComputed = 0;
+      this.preemptions++;
+      return true;
+    }
+    return false;
   }
 
   private entry(seq: Sequence, count: number): ScheduledSeq {

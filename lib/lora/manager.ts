@@ -152,19 +152,31 @@ export class LoraManager {
   }
 
   /**
-   * The pinned slot that a request waiting on `key` may take over now (its adapter's time
-   * slice is over), or undefined. The engine pauses the slot's requests, then hands it over.
+   * The pinned slot whose time slice is over, which a waiting adapter may take now, or
+   * undefined. The engine pauses the slot's requests, then hands it over.
    */
-  turnFor(key: string): number | undefined {
-    if (this.failed.has(key) || this.isResident(key) || !this.host.has(key)) return undefined;
-    return this.table.turnOver(this.step, this.options.sliceSteps ?? SLICE_STEPS);
+  turnReady(): number | undefined {
+    return this.table.turnOver(this.step, this.sliceSteps);
+  }
+
+  /** Whether requests waiting on `key` could take a slot turn now (starts reading it back if it must). */
+  canTakeTurn(key: string): boolean {
+    if (this.failed.has(key) || this.isResident(key)) return false;
+    if (this.host.has(key)) return true;
+    this.readBack(key);
+    return false;
   }
 
   /** Puts `key` into `slot`, which no request pins any more; false if the copy failed. */
   handOver(slot: number, key: string): boolean {
-    this.table.replace(slot, key, this.step);
+    this.table.replace(slot, key, this.step, this.sliceSteps);
+    if (!this.loadInto(slot, key)) return false;
     this.turns++;
-    return this.loadInto(slot, key);
+    return true;
+  }
+
+  private get sliceSteps(): number {
+    return this.options.sliceSteps ?? SLICE_STEPS;
   }
 
   /**

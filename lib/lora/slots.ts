@@ -2,15 +2,18 @@
 // Running requests pin their slot; a free or least-recently-used unpinned slot takes a new
 // adapter. When every slot is pinned, slots take turns (time slices): once an adapter has
 // held its slot for a slice, a waiting adapter may take it over; the engine pauses the
-// requests on it (their KV stays) and they resume at their adapter's next turn. So nobody
-// waits longer than a few slices, and the batch never empties to hand a slot over.
+// requests on it (their KV stays) and they resume at their adapter's next turn. A slot
+// handed over is kept for its new adapter until its requests pin it. So nobody waits
+// longer than a few slices, and the batch never empties to hand a slot over.
 
 export interface SlotState {
   adapter: string | null;
   pins: number;
   lastUsed: number;
-  /** Engine step at which the adapter came into the slot. */
+  /** Engine step at which the slot's current run of use began (its adapter came in, or its first pin). */
   since: number;
+  /** A slot just handed over is kept for its adapter until this step (LRU eviction skips it). */
+  reservedUntil: number;
 }
 
 export type Acquired = { slot: number; load: boolean } | null;
@@ -21,7 +24,7 @@ export class SlotTable {
   evictions = 0;
 
   constructor(count: number) {
-    this.slots = Array.from({ length: count + 1 }, () => ({ adapter: null, pins: 0, lastUsed: 0, since: 0 }));
+    this.slots = Array.from({ length: count + 1 }, () => ({ adapter: null, pins: 0, lastUsed: 0, since: 0, reservedUntil: 0 }));
   }
 
   slotOf(adapter: string): number | undefined {
@@ -36,13 +39,13 @@ export class SlotTable {
   acquire(adapter: string, step: number): Acquired {
     const resident = this.slotOf(adapter);
     if (resident !== undefined) {
-      this.pin(resident);
+      this.pin(resident, step);
       return { slot: resident, load: false };
     }
-    const free = this.pickVictim();
+    const free = this.pickVictim(step);
     if (free === undefined) return null;
     this.place(free, adapter, step);
-    this.pin(free);
+    this.pin(free, step);
     return { slot: free, load: true };
   }
 
@@ -68,19 +71,26 @@ export class SlotTable {
    * unpinned (acquire takes those) or no turn is over yet.
    */
   turnOver(step: number, slice: number): number | undefined {
-    if (this.pickVictim() !== undefined) return undefined;
+    if (this.pickVictim(step) !== undefined) return undefined;
     let oldest: number | undefined;
     for (let i = 1; i < this.slots.length; i++) {
-      if (oldest === undefined || this.slots[i].since < this.slots[oldest].since) oldest = i;
+      const s = this.slots[i];
+      if (s.pins === 0) continue;  // handed over, its adapter not yet admitted
+      if (oldest === undefined || s.since < this.slots[oldest].since) oldest = i;
     }
     return oldest !== undefined && step - this.slots[oldest].since >= slice ? oldest : undefined;
   }
 
-  /** Gives an unpinned slot to `adapter` (the engine paused the requests that pinned it). */
-  replace(slot: number, adapter: string, step: number): void {
+  /**
+   * Gives an unpinned slot to `adapter` (the engine paused the requests that pinned it),
+   * kept for it for `slice` steps: requests of the old adapter queued ahead of its waiters
+   * must not take it straight back.
+   */
+  replace(slot: number, adapter: string, step: number, slice: number): void {
     const s = this.slots[slot];
     if (s.pins > 0) throw new Error(`slot ${slot} still has ${s.pins} request(s) on ${s.adapter}`);
     this.place(slot, adapter, step);
+    s.reservedUntil = step + slice;
   }
 
   get resident(): number {
@@ -90,21 +100,24 @@ export class SlotTable {
   private place(i: number, adapter: string, step: number): void {
     const s = this.slots[i];
     if (s.adapter !== null) this.evictions++;
-    Object.assign(s, { adapter, since: step });
+    Object.assign(s, { adapter, since: step, reservedUntil: 0 });
   }
 
-  private pin(i: number): void {
+  /** A slot's first pin starts a run of use: its time slice counts from there. */
+  private pin(i: number, step: number): void {
     const s = this.slots[i];
+    if (s.pins === 0) s.since = step;
     s.pins++;
     s.lastUsed = ++this.clock;
+    s.reservedUntil = 0;
   }
 
-  /** An empty slot, else the least recently used unpinned one. */
-  private pickVictim(): number | undefined {
+  /** An empty slot, else the least recently used unpinned one that is not kept for its adapter. */
+  private pickVictim(step: number): number | undefined {
     let best: number | undefined;
     for (let i = 1; i < this.slots.length; i++) {
       const s = this.slots[i];
-      if (s.pins > 0) continue;
+      if (s.pins > 0 || s.reservedUntil > step) continue;
       if (s.adapter === null) return i;
       if (best === undefined || s.lastUsed < this.slots[best].lastUsed) best = i;
     }

@@ -107,6 +107,59 @@ describe('LoRA in the engine', () => {
     expect(e.stats().kvBlocksUsed).toBe(0);
   });
 
+  it('a slot handed over stays with its new adapter while old requests queued ahead wait', async () => {
+    const sliceSteps = 2;
+    // Two qv requests run (the batch holds two); two more qv wait ahead of the emb request.
+    const e = await withAdapters(engine({ maxBatchSize: 2, lora: { ...lora(1).lora, sliceSteps } }));
+    for (let i = 0; i < 4; i++) e.add({ id: `qv${i}`, promptIds: ps[i], params: greedy(8), adapter: 'qv' });
+    e.add({ id: 'emb', promptIds: ps[1], params: greedy(3), adapter: 'emb' });
+    let steps = 0, embFirst = 0;
+    const out = new Map<string, number[]>();
+    while (e.hasWork()) {
+      steps++;
+      for (const o of e.step()) {
+        if (o.id === 'emb' && !embFirst) embFirst = steps;
+        out.set(o.id, [...(out.get(o.id) ?? []), ...o.newTokenIds]);
+      }
+    }
+    expect(embFirst).toBe(1 + sliceSteps);  // not taken back by qv2 and qv3 (then it would wait a slice more)
+    expect(out.get('emb')).toEqual(await alone(ps[1], 'emb', 3));
+    for (let i = 0; i < 4; i++) expect(out.get(`qv${i}`)).toEqual(await alone(ps[i], 'qv', 8));
+  });
+
+  it('paused requests give up their KV when blocks run out, so the waiter runs (no deadlock)', async () => {
+    // 8 blocks of 16: three 30-token qv prompts hold 6; a 40-token emb prompt needs 3 more.
+    const e = await withAdapters(engine({ numBlocks: 8, lora: { ...lora(1).lora, sliceSteps: 1 } }));
+    const long = prompts([30, 30, 30, 40], 512, 5);
+    for (let i = 0; i < 3; i++) e.add({ id: `qv${i}`, promptIds: long[i], params: greedy(2), adapter: 'qv' });
+    e.step();
+    e.add({ id: 'emb', promptIds: long[3], params: greedy(2), adapter: 'emb' });
+    const out = runAll(e);
+    expect(out.get('emb')!.tokens).toEqual(await alone(long[3], 'emb', 2));
+    expect(e.stats().preemptions).toBeGreaterThan(0);
+    expect(e.stats().kvBlocksUsed).toBe(0);
+  });
+
+  it('an adapter idle in its slot gets a whole slice when its requests come back', async () => {
+    const e = await withAdapters(engine({ lora: { ...lora(1).lora, sliceSteps: 4 } }));
+    e.add({ id: 'qv0', promptIds: ps[0], params: greedy(2), adapter: 'qv' });
+    runAll(e);
+    for (let i = 0; i < 6; i++) e.step();  // qv stays loaded, unused
+    e.add({ id: 'qv1', promptIds: ps[1], params: greedy(6), adapter: 'qv' });
+    e.step();
+    e.add({ id: 'emb', promptIds: ps[2], params: greedy(2), adapter: 'emb' });
+    let steps = 1, qvDone = 0, embFirst = 0;
+    while (e.hasWork()) {
+      steps++;
+      for (const o of e.step()) {
+        if (o.id === 'qv1' && o.finishReason) qvDone = steps;
+        if (o.id === 'emb' && !embFirst) embFirst = steps;
+      }
+    }
+    expect(embFirst).toBe(1 + 4);  // qv1's slice counts from its first step, not from qv's load
+    expect(qvDone).toBeGreaterThan(0);
+  });
+
   it('churn in one-step slices: every request keeps its own tokens through pauses', async () => {
     const names = ['qv', 'mlp', 'emb'];
     const reqs = Array.from({ length: 9 }, (_, i) => ({ p: ps[i % 4], adapter: names[i % 3] }));

@@ -27,14 +27,23 @@ describe('SlotTable', () => {
     expect(t.turnOver(4, 4)).toBe(1);  // a came in first (step 0)
     t.release(2);
     expect(t.turnOver(9, 4)).toBeUndefined();  // slot 2 is unpinned: acquire takes that one
-    expect(t.acquire('b', 9)).toEqual({ slot: 2, load: false });  // still in since step 3
-    expect(() => t.replace(1, 'c', 9)).toThrow(/slot 1 still has 1 request\(s\) on a/);
+    expect(t.acquire('b', 9)).toEqual({ slot: 2, load: false });  // b's new run of use starts now
+    expect(() => t.replace(1, 'c', 9, 4)).toThrow(/slot 1 still has 1 request\(s\) on a/);
     t.release(1);  // the engine paused a's requests
-    t.replace(1, 'c', 9);
+    t.replace(1, 'c', 9, 4);
+    expect(t.acquire('a', 10)).toBeNull();  // a's queued requests cannot take it straight back
+    expect(t.turnOver(10, 4)).toBeUndefined();  // b's slice (from step 9) is not over
+    expect(t.acquire('c', 10)).toEqual({ slot: 1, load: false });
+    expect(t.turnOver(13, 4)).toBe(2);
     expect([t.slotOf('c'), t.slotOf('a'), t.evictions]).toEqual([1, undefined, 1]);
-    t.acquire('c', 9);
-    // b (since step 3) is now the oldest: its turn ends before c's.
-    expect(t.turnOver(10, 8)).toBeUndefined();
-    expect(t.turnOver(11, 8)).toBe(2);
+  });
+
+  it('a slot handed over but never claimed is free again after a slice', () => {
+    const t = new SlotTable(1);
+    t.acquire('a', 0);
+    t.release(1);
+    t.replace(1, 'b', 5, 4);
+    expect(t.acquire('c', 8)).toBeNull();
+    expect(t.acquire('c', 9)).toEqual({ slot: 1, load: true });
   });
 });
