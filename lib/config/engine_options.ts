@@ -20,6 +20,7 @@ export function engineOptionsOf(config: ServeConfig, onProgress?: (message: stri
       slots: config.resources.lora.slots,
       maxRank: config.resources.lora.max_rank,
       hostCache: config.resources.lora.host_cache,
+      sliceSteps: config.resources.lora.slice_steps,
       targets: config.resources.lora.targets,
       adapters: config.resources.lora.adapters,
     },

@@ -31,6 +31,8 @@ export interface LoraConfig {
   max_rank: number;
   /** Adapters kept read in host memory. */
   host_cache: number;
+  /** Engine steps an adapter keeps a slot others wait for before it hands it over. */
+  slice_steps: number;
   /** HF module names adapters may target. */
   targets: string[];
   /** Loaded at start; relative paths resolve against the YAML file's folder. */
@@ -84,6 +86,7 @@ export const serveConfigSchema = {
             slots: { type: 'integer', minimum: 1, default: 4 },
             max_rank: { type: 'integer', minimum: 1, maximum: 512, default: 16 },
             host_cache: { type: 'integer', minimum: 1, default: 32 },
+            slice_steps: { type: 'integer', minimum: 1, default: 16 },
             targets: {
               type: 'array', minItems: 1, uniqueItems: true,
               items: { type: 'string', enum: ALL_TARGETS },

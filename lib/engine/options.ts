@@ -93,7 +93,9 @@ export function engineLimits(config: ModelConfig, o: EngineOptions, placement: P
   return {
     maxModelLen: Math.min(maxModelLen, capacity), blockSize, numBlocks,
     maxBatchSize: o.maxBatchSize, maxNumBatchedTokens: o.maxNumBatchedTokens, prefixCache: o.prefixCache,
-    lora: o.lora && { slots: o.lora.slots, maxRank: o.lora.maxRank, hostCache: o.lora.hostCache, targets: o.lora.targets },
+    lora: o.lora && {
+      slots: o.lora.slots, maxRank: o.lora.maxRank, hostCache: o.lora.hostCache, targets: o.lora.targets, sliceSteps: o.lora.sliceSteps,
+    },
     cudaGraphs: o.cudaGraphs,
   };
 }

@@ -16,7 +16,8 @@ export interface LoraOptions {
   targets: string[];
   /**
    * Engine steps an adapter keeps a pinned slot before a waiting adapter may take it over
-   * (default 16: a few tens of ms of decode, against one upload of the adapter).
+   * (serve.yaml's slice_steps, default 16: a few tens of ms of decode, against one upload
+   * of the adapter).
    */
   sliceSteps?: number;
 }
