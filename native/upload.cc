@@ -18,8 +18,9 @@ namespace {
   throw Napi::Error::New(env, "upload: region " + std::to_string(i) + ": " + msg);
 }
 
-// {dst, src?, row?, col?} checked and turned into a region; throws before anything is copied.
-gpu::UploadRegion region(Napi::Env env, const Napi::Value& v, size_t i) {
+// {dst, src?, row?, col?} checked and turned into a region (and dst's device); throws
+// before anything is copied.
+gpu::UploadRegion region(Napi::Env env, const Napi::Value& v, size_t i, Device* device) {
   if (!v.IsObject()) fail(env, i, "must be an object {dst, src?, row?, col?}");
   Napi::Object o = v.As<Napi::Object>();
   auto tensor = [&](const char* key) -> Tensor* {
@@ -39,6 +40,7 @@ gpu::UploadRegion region(Napi::Env env, const Napi::Value& v, size_t i) {
   };
   Tensor* dst = tensor("dst");
   if (!dst) fail(env, i, "dst is missing");
+  *device = dst->device();
   Tensor* src = tensor("src");
   const size_t elem = dtypeSize(dst->dtype());
   if (!src) return {dst->data(), dst->bytes(), nullptr, 1, size_t(dst->numel()), elem};
@@ -61,10 +63,10 @@ Napi::Value Upload(const Napi::CallbackInfo& info) {
   std::vector<gpu::UploadRegion> regions;
   bool cuda = false;
   for (uint32_t i = 0; i < list.Length(); ++i) {
-    regions.push_back(region(env, list.Get(i), i));
-    Tensor* dst = Tensor::Unwrap(list.Get(i).As<Napi::Object>().Get("dst").As<Napi::Object>());
-    if (i == 0) cuda = dst->device() == Device::CUDA;
-    else if (cuda != (dst->device() == Device::CUDA)) fail(env, i, "dst is on another device than region 0's");
+    Device device;
+    regions.push_back(region(env, list.Get(i), i, &device));
+    if (i == 0) cuda = device == Device::CUDA;
+    else if (cuda != (device == Device::CUDA)) fail(env, i, "dst is on another device than region 0's");
   }
   if (regions.empty()) return env.Undefined();
   if (cuda) return withErrors(env, "upload", [&] { gpu::upload(regions.data(), regions.size()); return env.Undefined(); });

@@ -59,18 +59,19 @@ export async function runBenchmark(opts: BenchOptions, ui: BenchUi): Promise<Ben
   if (serveConfig !== undefined) {
     const long = opts.prefill === undefined ? undefined : prefillGrid(grid, opts.prefill, serveConfig);
     // Each side's grid, then (with --prefill) its long-prompt cell, on the same server.
-    const measure = (m: readonly MixName[]) => async (side: Side) => {
-      const grid_ = await runGridOnThread(grid, side, m);
-      return { grid: grid_, prefill: long ? await runGridOnThread(long, side, ['base']) : [] };
-    };
+    const measure = (m: readonly MixName[]) => async (side: Side) => ({
+      grid: await runGridOnThread(grid, side, m),
+      prefill: long ? await runGridOnThread(long, side, ['base']) : [],
+    });
     // The engine under test, then its LoRA-off twin: one at a time, so neither slows the other.
-    let on, off, onCounters, offCounters;
-    ({ url, out: on, counters: onCounters } = await onLocalServer('lora-on', serveConfig, ui, measure(mixes)));
-    ({ url: baselineUrl, out: off, counters: offCounters } = await onLocalServer('lora-off', withoutLora(serveConfig), ui, measure(['base'])));
-    engines = [onCounters, offCounters];
-    cells = on.grid;
-    baseline = off.grid;
-    prefill = [...on.prefill, ...off.prefill];
+    const on = await onLocalServer('lora-on', serveConfig, ui, measure(mixes));
+    const off = await onLocalServer('lora-off', withoutLora(serveConfig), ui, measure(['base']));
+    ({ url } = on);
+    baselineUrl = off.url;
+    engines = [on.counters, off.counters];
+    cells = on.out.grid;
+    baseline = off.out.grid;
+    prefill = [...on.out.prefill, ...off.out.prefill];
   } else {
     const t = target as Extract<BenchOptions['target'], { kind: 'url' }>;
     url = t.url;

@@ -75,33 +75,36 @@ export class SlotWeights {
    * waits for them on the GPU, the host does not.
    */
   load(slot: number, host: HostAdapter): void {
+    for (const t of this.targets.values()) this.slotRanks(t, slot).fill(0);
     const regions: UploadRegion[] = [];
-    const views = (t: LoraTarget) => this.slotViews.get(t)![slot];
-    const ranks = new Map<LoraTarget, Int32Array>();
-    for (const t of this.targets.values()) ranks.set(t, new Int32Array(t.ranks.shape[1]));
     for (const { module: m, a, b } of host.modules) {
       const t = this.targets.get(m.location.engine)!;
       const j = t.embedding ? 0 : t.sliceOffsets.indexOf(m.location.rowOffset);
-      const { a: aSlot, b: bSlot } = views(t);
+      const { a: aSlot, b: bSlot } = this.slotViews.get(t)![slot];
       regions.push({ dst: aSlot, src: a, row: j * this.rank }, { dst: bSlot, src: b, row: t.embedding ? 0 : m.location.rowOffset });
-      ranks.get(t)![j] = m.rank;
+      this.slotRanks(t, slot)[j] = m.rank;
     }
     // A target the adapter covers only in part keeps zeros elsewhere: zero it first (the
     // kernels skip padding by rank, but stale rows of an earlier adapter must not linger).
-    const full = [...ranks].filter(([, r]) => r.every((k) => k === this.rank)).map(([t]) => t);
-    const zeros = [...this.targets.values()].filter((t) => !full.includes(t)).flatMap((t) => [{ dst: views(t).a }, { dst: views(t).b }]);
-    addon.upload([...zeros, ...regions]);
-    for (const [t, r] of ranks) t.hostRanks.set(r, slot * r.length);
+    const partial = [...this.targets.values()].filter((t) => !this.slotRanks(t, slot).every((k) => k === this.rank));
+    addon.upload([...this.zeroRegions(partial, slot), ...regions]);
     this.ranks.copyFromAsync(this.hostRanks);
   }
 
   clear(slot: number): void {
-    addon.upload([...this.slotViews.values()].flatMap((views) => [{ dst: views[slot].a }, { dst: views[slot].b }]));
-    for (const t of this.targets.values()) {
-      const slices = t.ranks.shape[1];
-      t.hostRanks.fill(0, slot * slices, (slot + 1) * slices);
-    }
+    for (const t of this.targets.values()) this.slotRanks(t, slot).fill(0);
+    addon.upload(this.zeroRegions([...this.targets.values()], slot));
     this.ranks.copyFromAsync(this.hostRanks);
+  }
+
+  /** The host copy of one slot's ranks in target t, one entry per slice. */
+  private slotRanks(t: LoraTarget, slot: number): Int32Array {
+    const slices = t.ranks.shape[1];
+    return t.hostRanks.subarray(slot * slices, (slot + 1) * slices);
+  }
+
+  private zeroRegions(targets: LoraTarget[], slot: number): UploadRegion[] {
+    return targets.flatMap((t) => [{ dst: this.slotViews.get(t)![slot].a }, { dst: this.slotViews.get(t)![slot].b }]);
   }
 
   dispose(): void {
