@@ -22,7 +22,7 @@ export interface HostModule {
 }
 
 export class HostAdapter {
-  private constructor(readonly adapter: Adapter, readonly modules: HostModule[], readonly bytes: number) {}
+  private constructor(readonly adapter: Adapter, readonly modules: HostModule[]) {}
 
   /** Reads every A and B; checks PEFT's saved base copies against the served base weights. */
   static async read(adapter: Adapter, base: Weights, placement: Placement): Promise<HostAdapter> {
@@ -64,8 +64,7 @@ export class HostAdapter {
       })));
       const kept = new Set(modules.flatMap((m) => [m.a, m.b]));
       owned.filter((t) => !kept.has(t)).forEach((t) => t.dispose());
-      const bytes = modules.reduce((n, m) => n + [m.a, m.b].reduce((k, t) => k + t.shape[0] * t.shape[1] * (act === 'f32' ? 4 : 2), 0), 0);
-      return new HostAdapter(adapter, modules, bytes);
+      return new HostAdapter(adapter, modules);
     } catch (e) {
       owned.forEach((t) => t.dispose());
       throw e;
