@@ -17,26 +17,41 @@ __global__ void siluMulKernel(T* out, const T* gateUp, int64_t n, int64_t inter)
 }
 
 // siluMul of row blockIdx.x, and the LoRA shrink of that row where it is made: the row's
-// gridDim.y blocks each store their share of the columns and shrink their rank row (by the
-// whole block), or with byWarp their kFusedWarps rank rows (a warp each), recomputing the
-// values they need as siluMul stores them.
+// gridDim.y blocks each store their share of the columns. staged: each block makes the
+// whole row into shared memory and shrinks kBlockRankRows rank rows from it;
+// otherwise the block shrinks rank row blockIdx.y, recomputing the values as siluMul
+// stores them.
 template <typename T, typename A>
-__global__ void siluMulShrinkKernel(T* out, const T* gateUp, int64_t inter, T* t, const A* a, int64_t numSlots,
-                                    const int32_t* slotOfRow, int64_t rankRows, bool vec, bool byWarp, SlotRanks sr) {
+__global__ void siluMulShrinkKernel(T* __restrict__ out, const T* __restrict__ gateUp, int64_t inter, T* t, const A* a,
+                                    int64_t numSlots, const int32_t* slotOfRow, int64_t rankRows, bool vec, bool staged,
+                                    bool vecRow, SlotRanks sr) {
+  extern __shared__ __align__(16) unsigned char rowStage[];  // staged: the row, as stored
   const int64_t row = blockIdx.x;
+  const int32_t slot = slotOfRow[row];  // loaded first: the shrink waits for it last
   const T* g = gateUp + row * 2 * inter;
-  auto act = [&](int64_t i) {
-    float gi = toF(g[i]), ui = toF(g[inter + i]);
-    return toF(fromF<T>(gi / (1.0f + expf(-gi)) * ui));
-  };
-  const int64_t share = (inter + gridDim.y - 1) / gridDim.y, end = min(inter, (blockIdx.y + 1) * share);
-  for (int64_t i = blockIdx.y * share + threadIdx.x; i < end; i += blockDim.x) out[row * inter + i] = fromF<T>(act(i));
-  if (byWarp) {
-    const int64_t k = int64_t(blockIdx.y) * kFusedWarps + threadIdx.x / 32;
-    if (k < rankRows) shrinkRowByWarp(t, a, numSlots, slotOfRow[row], row, k, rankRows, inter, vec, sr, act);
-  } else if (blockIdx.y < rankRows) {
-    shrinkRowByBlock(t, a, numSlots, slotOfRow[row], row, blockIdx.y, rankRows, inter, vec, sr, act);
+  T* o = out + row * inter;
+  auto silu = [](float gi, float ui) { return fromF<T>(gi / (1.0f + expf(-gi)) * ui); };
+  auto act = [&](int64_t i) { return silu(toF(g[i]), toF(g[inter + i])); };
+  if (staged) {
+    T* xs = reinterpret_cast<T*>(rowStage);
+    const int64_t begin = blockIdx.y * stagedShare(inter, gridDim.y);
+    auto act8 = [&](int64_t i, T(&v)[8]) {
+      float gv[8], uv[8];
+      loadVec<T, 8>(gv, g + i);
+      loadVec<T, 8>(uv, g + inter + i);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = silu(gv[e], uv[e]);
+    };
+    stageRow(xs, o, inter, begin, min(inter, begin + stagedShare(inter, gridDim.y)), vecRow, act8, act);
+    shrinkRowsByBlock(t, a, numSlots, slot, row, int64_t(blockIdx.y) * kBlockRankRows, rankRows, inter, vec, sr,
+                      [&](int64_t i) { return toF(xs[i]); });
+    return;
   }
+  const int64_t share = (inter + gridDim.y - 1) / gridDim.y, end = min(inter, (blockIdx.y + 1) * share);
+  for (int64_t i = blockIdx.y * share + threadIdx.x; i < end; i += blockDim.x) o[i] = act(i);
+  if (blockIdx.y < rankRows)
+    shrinkRowByBlock(t, a, numSlots, slot, row, blockIdx.y, rankRows, inter, vec, sr,
+                     [&](int64_t i) { return toF(act(i)); });
 }
 
 template <typename T>
@@ -61,22 +76,25 @@ void siluMul(DType act, void* out, const void* gateUp, int64_t n, int64_t inter)
 
 void siluMulShrink(DType act, void* out, const void* gateUp, int64_t n, int64_t inter, LoraShrinkArgs lora) {
   if (n * inter == 0) return;
-  if (n > kFusedWarpRows) {
+  const FusedShrink how = fusedShrinkFor(n, inter, dtypeSize(act));
+  if (how == FusedShrink::After) {
     siluMul(act, out, gateUp, n, inter);
     return loraShrink(act, lora.t, out, lora.a, lora.numSlots, lora.slotOfRow, n, inter, lora.rankRows, lora.ranks);
   }
-  const bool byWarp = n > kFusedShrinkRows;
-  const int64_t perRow = byWarp ? (lora.rankRows + kFusedWarps - 1) / kFusedWarps : lora.rankRows;
+  const bool staged = how == FusedShrink::Staged;
+  const int64_t perRow = staged ? stagedBlocksPerRow(lora.rankRows) : lora.rankRows;
   const dim3 grid(unsigned(n), unsigned(std::max<int64_t>(1, perRow)));
+  const size_t stageBytes = staged ? size_t(inter) * dtypeSize(act) : 0;
   withAct(act, [&](auto t) {
     withFloat(lora.a.dtype, [&](auto at) {
       using T = decltype(t);
       using A = decltype(at);
       const bool vec = rowsAligned16(lora.a.data, inter, sizeof(A));
-      siluMulShrinkKernel<T, A><<<grid, 256, 0, stream()>>>(static_cast<T*>(out), static_cast<const T*>(gateUp), inter,
-                                                            static_cast<T*>(lora.t), static_cast<const A*>(lora.a.data),
-                                                            lora.numSlots, lora.slotOfRow, lora.rankRows, vec,
-                                                            byWarp, lora.ranks);
+      const bool vecRow = rowsAligned16(gateUp, inter, sizeof(T)) && rowsAligned16(out, inter, sizeof(T));
+      siluMulShrinkKernel<T, A><<<grid, 256, stageBytes, stream()>>>(static_cast<T*>(out), static_cast<const T*>(gateUp), inter,
+                                                                 static_cast<T*>(lora.t), static_cast<const A*>(lora.a.data),
+                                                                 lora.numSlots, lora.slotOfRow, lora.rankRows, vec,
+                                                                 staged, vecRow, lora.ranks);
     });
   });
   checkLaunch("siluMulShrink kernel");

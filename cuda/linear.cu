@@ -24,26 +24,53 @@ constexpr int kMaxGemvRows = 4;
 // accumulate: out += the projection rounded as linear would store it, then the sum rounded
 // (a bf16 model's residual stream: transformers adds the layer's bf16 output to it).
 //
-// The LoRA expand of output feature o for each row's slot, added to the lanes' partial
-// sums before they are reduced: lane k takes rank entries k, k + 32, ...
+// The LoRA expand of output feature o for each row's slot: lane k takes rank entries k,
+// k + 32, ... . At decode, B comes from HBM behind two dependent loads (the row's slot, then
+// its rank): done after the weights they were three round trips at the end of every GEMV,
+// so a one-row GEMV loads the lane's first entry (all of a rank up to 32) before the
+// weights stream, and adds it to the lane's partial sum after them.
 template <typename T, int NR>
-__device__ __forceinline__ void addExpand(float (&acc)[NR], const LoraExpandArgs& e, int64_t o, int n, int64_t outF,
-                                          int lane) {
-  int s = 0;
-  while (s < e.numSlices && !(e.sliceStarts[s] <= o && o < e.sliceStarts[s + 1])) ++s;
-  if (s == e.numSlices) return;  // a column outside every slice gets nothing
-  const T* t = static_cast<const T*>(e.t) + s * e.rank;
-#pragma unroll
-  for (int r = 0; r < NR; ++r) {
-    if (r >= n) break;
+struct LaneExpand {
+  float t[NR], b[NR];  // rank entry k = lane per row; 0 where there is none
+  int slice;           // numSlices: a column outside every slice gets nothing
+
+  // Row r's rank in this slice and where its B row starts; 0: the row has no adapter.
+  __device__ int64_t rowRank(const LoraExpandArgs& e, int r, int64_t o, int64_t outF, int64_t& bRow) const {
     const int32_t slot = e.slotOfRow[r];
-    if (slot <= 0 || slot >= e.numSlots) continue;
-    const int64_t bRow = (int64_t(slot) * outF + o) * e.rank;
-    const int64_t used = e.ranks.ranks ? min(e.rank, int64_t(e.ranks.ranks[int64_t(slot) * e.ranks.slices + s])) : e.rank;
-    for (int64_t k = lane; k < used; k += 32)
-      acc[r] += toF(t[r * e.numSlices * e.rank + k]) * loadAny(e.b.data, e.b.dtype, bRow + k);
+    if (slice == e.numSlices || slot <= 0 || slot >= e.numSlots) return 0;
+    bRow = (int64_t(slot) * outF + o) * e.rank;
+    return e.ranks.ranks ? min(e.rank, int64_t(e.ranks.ranks[int64_t(slot) * e.ranks.slices + slice])) : e.rank;
   }
-}
+
+  __device__ void load(const LoraExpandArgs& e, int64_t o, int n, int64_t outF, int lane) {
+    slice = 0;
+    while (slice < e.numSlices && !(e.sliceStarts[slice] <= o && o < e.sliceStarts[slice + 1])) ++slice;
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+      t[r] = b[r] = 0;
+      int64_t bRow;
+      if (r < n && lane < rowRank(e, r, o, outF, bRow)) {
+        t[r] = toF(static_cast<const T*>(e.t)[(r * e.numSlices + slice) * e.rank + lane]);
+        b[r] = loadAny(e.b.data, e.b.dtype, bRow + lane);
+      }
+    }
+  }
+
+  // acc[r] += this lane's entries of row r's expand, in k's order (ranks above 32 read the
+  // rest now: the slot and rank again, from L1).
+  __device__ void addTo(float (&acc)[NR], const LoraExpandArgs& e, int64_t o, int n, int64_t outF, int lane) const {
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+      acc[r] += t[r] * b[r];
+      if (e.rank <= 32 || r >= n) continue;
+      int64_t bRow;
+      const int64_t used = rowRank(e, r, o, outF, bRow);
+      for (int64_t k = lane + 32; k < used; k += 32)
+        acc[r] += toF(static_cast<const T*>(e.t)[(r * e.numSlices + slice) * e.rank + k]) *
+                  loadAny(e.b.data, e.b.dtype, bRow + k);
+    }
+  }
+};
 
 template <typename T, typename W, int NR, bool VEC>
 __global__ __launch_bounds__(kGemvWarps * 32) void gemvKernel(T* out, const T* x, const W* w, const void* bias,
@@ -54,6 +81,10 @@ __global__ __launch_bounds__(kGemvWarps * 32) void gemvKernel(T* out, const T* x
   if (o >= outF) return;
   // What out holds already is read first, so its latency hides behind the weight loads.
   float before = accumulate && lane < n ? toF(out[lane * outF + o]) : 0.0f;
+  // One row (decode at c=1) loads its expand terms before the weights stream; for more
+  // rows, holding them through the loop cost 20 registers a thread (3 blocks an SM, not 5).
+  LaneExpand<T, NR> expand;
+  if (NR == 1 && lora.t) expand.load(lora, o, n, outF, lane);
   const W* wr = w + o * in;
   float acc[NR];
 #pragma unroll
@@ -82,7 +113,10 @@ __global__ __launch_bounds__(kGemvWarps * 32) void gemvKernel(T* out, const T* x
         if (r < n) acc[r] += wv * toF(x[r * in + i]);
     }
   }
-  if (lora.t) addExpand<T, NR>(acc, lora, o, n, outF, lane);
+  if (lora.t) {
+    if (NR > 1) expand.load(lora, o, n, outF, lane);
+    expand.addTo(acc, lora, o, n, outF, lane);
+  }
   float b = bias ? loadAny(bias, biasType, o) : 0.0f;
 #pragma unroll
   for (int r = 0; r < NR; ++r) {

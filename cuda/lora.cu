@@ -42,6 +42,16 @@ __global__ void shrinkKernel(T* t, const T* x, const A* a, int64_t numSlots, con
   shrinkRowByBlock(t, a, numSlots, slotOfRow[r], r, blockIdx.y, rankRows, in, vec, sr, xAt);
 }
 
+// Up to kStagedShrinkRows rows: t[r, k0 .. k0 + kBlockRankRows] by block (r, k0 / kBlockRankRows).
+template <typename T, typename A>
+__global__ void shrinkRowsKernel(T* t, const T* x, const A* a, int64_t numSlots, const int32_t* slotOfRow, int64_t in,
+                                 int64_t rankRows, bool vec, SlotRanks sr) {
+  const int64_t r = blockIdx.x;
+  const T* xr = x + r * in;
+  shrinkRowsByBlock(t, a, numSlots, slotOfRow[r], r, int64_t(blockIdx.y) * kBlockRankRows, rankRows, in, vec, sr,
+                    [&](int64_t i) { return toF(xr[i]); });
+}
+
 // Many rows: warp w takes rank row k = blockIdx.y * kShrinkWarps + w for the TR rows from
 // blockIdx.x * TR. A lane loads each run of a[slot, k] once for the tile's rows of that slot
 // (again only where the slot changes from one row to the next), so A is read from L2 once
@@ -69,6 +79,7 @@ __global__ void __launch_bounds__(kShrinkThreads)
   const T* xt = x + r0 * in;
   float acc[TR] = {};
   if (vec) {
+#pragma unroll 4  // loads of several runs in flight: a 1-row tile walks a 2-3K row alone
     for (int64_t i = int64_t(lane) * 8; i < in; i += 32 * 8) {
       const A* cur = nullptr;
       float av[8] = {};
@@ -108,52 +119,48 @@ __global__ void __launch_bounds__(kShrinkThreads)
 }
 
 // out[r, o] += t[r, slice(o)] · b[slot, o]: one thread per output column, for the
-// tileRows rows from blockIdx.x * tileRows (rows on x: y is limited to 65535). The tile's
-// t rows are staged in shared memory, then each thread walks the rows, so b[slot, o] comes
-// from L1 after the tile's first row of that slot instead of from L2 for every row.
+// tileRows rows from blockIdx.x * tileRows (rows on x: y is limited to 65535); b[slot, o]
+// comes from L1 after the tile's first row of that slot. A row's loads (its slot, t's
+// slice, b's row, out) wait for nothing of another thread: staging t in shared memory
+// first made every expand two L2 round trips and a block sync long instead of one.
 // sliceStarts (numSlices + 1 entries) say which rank block each column reads. Columns
 // outside every slice get nothing. With delta: out[r, o] += (delta[r, o] + that), the
 // inner sum rounded first (a projection plus its adapter, then the residual taking it),
-// for every row, slot 0 included.
+// for every row, slot 0 included. vec: t's and b's rank rows allow 16-byte loads.
 template <typename T, typename W>
 __global__ void __launch_bounds__(kExpandThreads)
-    expandKernel(T* out, const T* delta, const T* t, const W* b, int64_t numSlots, const int32_t* slotOfRow,
-                 const int32_t* sliceStarts, int numSlices, int64_t n, int64_t outF, int64_t rank, int tileRows,
-                 SlotRanks sr) {
-  extern __shared__ float tTile[];            // [rows, numSlices * rank]
-  __shared__ int32_t slots[kMaxTileRows];  // 0: the row has no adapter
-  const int64_t r0 = int64_t(blockIdx.x) * tileRows;
-  const int rows = int(min(int64_t(tileRows), n - r0));
-  if (threadIdx.x < rows) {
-    const int32_t slot = slotOfRow[r0 + threadIdx.x];
-    slots[threadIdx.x] = slot > 0 && slot < numSlots ? slot : 0;
-  }
-  __syncthreads();
-  bool any = false;
-  for (int j = 0; j < rows; ++j) any |= slots[j] != 0;
-  if (!any && !delta) return;  // uniform over the block
-  const int width = int(numSlices * rank);  // at most 12288: the launch checks
-  for (int i = threadIdx.x; i < rows * width; i += blockDim.x)
-    if (slots[i / width]) tTile[i] = toF(t[r0 * width + i]);
-  __syncthreads();
+    expandKernel(T* __restrict__ out, const T* __restrict__ delta, const T* __restrict__ t, const W* __restrict__ b,
+                 int64_t numSlots, const int32_t* slotOfRow, const int32_t* sliceStarts, int numSlices, int64_t n,
+                 int64_t outF, int64_t rank, int tileRows, bool vec, SlotRanks sr) {
   const int64_t o = blockIdx.y * int64_t(blockDim.x) + threadIdx.x;
   if (o >= outF) return;
   int s = 0;
   while (s < numSlices && !(sliceStarts[s] <= o && o < sliceStarts[s + 1])) ++s;
-  const bool inSlice = s < numSlices;
-  for (int j = 0; j < rows; ++j) {
-    const int64_t r = r0 + j;
-    const int32_t slot = slots[j];
+  const int64_t r0 = int64_t(blockIdx.x) * tileRows, r1 = min(n, r0 + tileRows), width = numSlices * rank;
+  for (int64_t r = r0; r < r1; ++r) {
+    const int32_t slot = slotOfRow[r];
+    const bool adapted = slot > 0 && slot < numSlots && s < numSlices;
+    if (!adapted && !delta) continue;
     float acc = 0;
-    if (slot && inSlice) {
+    if (adapted) {
       const W* br = b + (int64_t(slot) * outF + o) * rank;
-      const float* ts = tTile + int64_t(j) * width + int64_t(s) * rank;
+      const T* tr = t + r * width + int64_t(s) * rank;
       const int64_t used = sr.ranks ? min(rank, int64_t(sr.ranks[int64_t(slot) * sr.slices + s])) : rank;
-      for (int64_t k = 0; k < used; ++k) acc += ts[k] * toF(br[k]);
+      int64_t k = 0;  // in k's order either way
+      if (vec) {
+        for (; k + 8 <= used; k += 8) {
+          float tv[8], bv[8];
+          loadVec<T, 8>(tv, tr + k);
+          loadVec<W, 8>(bv, br + k);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) acc += tv[e] * bv[e];
+        }
+      }
+      for (; k < used; ++k) acc += toF(tr[k]) * toF(br[k]);
     }
     T* dst = out + r * outF + o;
     if (delta) *dst = fromF<T>(toF(*dst) + toF(fromF<T>(toF(delta[r * outF + o]) + acc)));
-    else if (slot && inSlice) *dst = fromF<T>(toF(*dst) + acc);
+    else *dst = fromF<T>(toF(*dst) + acc);
   }
 }
 
@@ -195,26 +202,26 @@ unsigned strideGrid(int64_t n) { return unsigned(std::max<int64_t>(1, std::min<i
 void loraShrink(DType act, void* t, const void* x, Weights a, int64_t numSlots, const int32_t* slotOfRow, int64_t n,
                 int64_t in, int64_t rankRows, SlotRanks ranks) {
   if (n == 0 || rankRows == 0) return;
-  const bool byBlock = n <= kFusedShrinkRows;
-  const int64_t groups = (rankRows + kShrinkWarps - 1) / kShrinkWarps;
-  const int64_t tile = byBlock ? 1 : tileRowsFor(n, groups);
-  // Braces: with parentheses this line would declare a function.
-  const dim3 grid{unsigned(byBlock ? n : (n + tile - 1) / tile), unsigned(byBlock ? rankRows : groups)};
   withAct(act, [&](auto tt) {
     withFloat(a.dtype, [&](auto wt) {
       using T = decltype(tt);
       using W = decltype(wt);
-      const bool vecA = rowsAligned16(a.data, in, sizeof(W));
-      if (byBlock)
-        shrinkKernel<T, W><<<grid, kShrinkThreads, 0, stream()>>>(static_cast<T*>(t), static_cast<const T*>(x),
-                                                                  static_cast<const W*>(a.data), numSlots, slotOfRow,
-                                                                  in, rankRows, vecA, ranks);
-      else {
-        const bool vec = vecA && rowsAligned16(x, in, sizeof(T));
+      T* tp = static_cast<T*>(t);
+      const T* xp = static_cast<const T*>(x);
+      const W* ap = static_cast<const W*>(a.data);
+      const bool vecA = rowsAligned16(a.data, in, sizeof(W)), vec = vecA && rowsAligned16(x, in, sizeof(T));
+      // Braces: with parentheses these lines would declare functions.
+      if (n <= kFusedShrinkRows) {
+        const dim3 grid{unsigned(n), unsigned(rankRows)};
+        shrinkKernel<T, W><<<grid, kShrinkThreads, 0, stream()>>>(tp, xp, ap, numSlots, slotOfRow, in, rankRows, vecA, ranks);
+      } else if (n <= kStagedShrinkRows) {
+        const dim3 grid{unsigned(n), unsigned(stagedBlocksPerRow(rankRows))};
+        shrinkRowsKernel<T, W><<<grid, kShrinkThreads, 0, stream()>>>(tp, xp, ap, numSlots, slotOfRow, in, rankRows, vec, ranks);
+      } else {
+        const int64_t groups = (rankRows + kShrinkWarps - 1) / kShrinkWarps, tile = tileRowsFor(n, groups);
+        const dim3 grid{unsigned((n + tile - 1) / tile), unsigned(groups)};
         auto launch = [&](auto kernel) {
-          kernel<<<grid, kShrinkThreads, 0, stream()>>>(static_cast<T*>(t), static_cast<const T*>(x),
-                                                         static_cast<const W*>(a.data), numSlots, slotOfRow, n, in,
-                                                         rankRows, vec, ranks);
+          kernel<<<grid, kShrinkThreads, 0, stream()>>>(tp, xp, ap, numSlots, slotOfRow, n, in, rankRows, vec, ranks);
         };
         if (tile == kMaxTileRows) launch(shrinkTileKernel<T, W, kMaxTileRows>);
         else if (tile == 2) launch(shrinkTileKernel<T, W, 2>);
@@ -229,21 +236,17 @@ void loraExpandAdd(DType act, void* out, const void* delta, const void* t, Weigh
                    const int32_t* slotOfRow, const int32_t* sliceStarts, int64_t numSlices, int64_t n, int64_t outF,
                    int64_t rank, SlotRanks ranks) {
   if (n == 0 || outF == 0) return;
-  constexpr int64_t maxWidth = 48 * 1024 / sizeof(float);
-  const int64_t width = numSlices * rank;
-  if (width > maxWidth) throw Error("loraExpand: slices * rank = " + std::to_string(width) + " is above 12288");
-  // Fewer rows to a block where 8 rows of t would not fit in shared memory.
-  const int64_t tileRows = std::min<int64_t>(tileRowsFor(n, blocksFor(outF, kExpandThreads)), width ? maxWidth / width : kMaxTileRows);
-  const size_t shared = size_t(tileRows * width) * sizeof(float);
+  const int64_t tileRows = tileRowsFor(n, blocksFor(outF, kExpandThreads));
   const dim3 grid{unsigned((n + tileRows - 1) / tileRows), blocksFor(outF, kExpandThreads)};
   withAct(act, [&](auto tt) {
     withFloat(b.dtype, [&](auto wt) {
       using T = decltype(tt);
       using W = decltype(wt);
-      expandKernel<T, W><<<grid, kExpandThreads, shared, stream()>>>(
+      const bool vec = rowsAligned16(b.data, rank, sizeof(W)) && rowsAligned16(t, rank, sizeof(T));
+      expandKernel<T, W><<<grid, kExpandThreads, 0, stream()>>>(
           static_cast<T*>(out), static_cast<const T*>(delta), static_cast<const T*>(t),
           static_cast<const W*>(b.data), numSlots, slotOfRow, sliceStarts, int(numSlices), n, outF, rank,
-          int(tileRows), ranks);
+          int(tileRows), vec, ranks);
     });
   });
   checkLaunch("loraExpand kernel");

@@ -45,15 +45,18 @@ __global__ void addRmsNormKernel(T* residual, const T* x, const W* w, T* out, in
 
 // rmsNorm of row blockIdx.x, and the LoRA shrink of the normed row where it is made: the
 // row's gridDim.y blocks each work out the row's scale (x is only read, so they need not
-// wait for each other), store their share of the columns, and shrink their rank row (by
-// the whole block), or with byWarp their kFusedWarps rank rows (a warp each), recomputing
-// the normed values as rmsNorm stores them.
+// wait for each other) and store their share of the columns. staged: each block makes the
+// whole normed row into shared memory and shrinks kBlockRankRows rank rows from it;
+// otherwise the block shrinks rank row blockIdx.y, recomputing the normed values as
+// rmsNorm stores them.
 template <typename T, typename W, typename A>
-__global__ void rmsNormShrinkKernel(T* out, const T* x, const W* w, int64_t dim, float eps, T* t, const A* a,
-                                    int64_t numSlots, const int32_t* slotOfRow, int64_t rankRows, bool vec,
-                                    bool byWarp, SlotRanks sr) {
+__global__ void rmsNormShrinkKernel(T* __restrict__ out, const T* __restrict__ x, const W* w, int64_t dim, float eps,
+                                    T* t, const A* a, int64_t numSlots, const int32_t* slotOfRow, int64_t rankRows,
+                                    bool vec, bool staged, bool vecRow, SlotRanks sr) {
+  extern __shared__ __align__(16) unsigned char rowStage[];  // staged: the normed row, as stored
   __shared__ float partial[32];
   const int64_t row = blockIdx.x;
+  const int32_t slot = slotOfRow[row];  // loaded first: the shrink waits for it last
   const T* xr = x + row * dim;
   T* o = out + row * dim;
   float ss = 0;
@@ -62,15 +65,27 @@ __global__ void rmsNormShrinkKernel(T* out, const T* x, const W* w, int64_t dim,
     ss += v * v;
   }
   const float r = 1.0f / sqrtf(blockSum(ss, partial) / float(dim) + eps);
-  auto normed = [&](int64_t i) { return toF(fromF<T>(toF(w[i]) * (toF(xr[i]) * r))); };
-  const int64_t share = (dim + gridDim.y - 1) / gridDim.y, end = min(dim, (blockIdx.y + 1) * share);
-  for (int64_t i = blockIdx.y * share + threadIdx.x; i < end; i += blockDim.x) o[i] = fromF<T>(normed(i));
-  if (byWarp) {
-    const int64_t k = int64_t(blockIdx.y) * kFusedWarps + threadIdx.x / 32;
-    if (k < rankRows) shrinkRowByWarp(t, a, numSlots, slotOfRow[row], row, k, rankRows, dim, vec, sr, normed);
-  } else if (blockIdx.y < rankRows) {
-    shrinkRowByBlock(t, a, numSlots, slotOfRow[row], row, blockIdx.y, rankRows, dim, vec, sr, normed);
+  auto normed = [&](int64_t i) { return fromF<T>(toF(w[i]) * (toF(xr[i]) * r)); };
+  if (staged) {
+    T* xs = reinterpret_cast<T*>(rowStage);
+    const int64_t begin = blockIdx.y * stagedShare(dim, gridDim.y);
+    auto normed8 = [&](int64_t i, T(&v)[8]) {
+      float xv[8], wv[8];
+      loadVec<T, 8>(xv, xr + i);
+      loadVec<W, 8>(wv, w + i);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = fromF<T>(wv[e] * (xv[e] * r));
+    };
+    stageRow(xs, o, dim, begin, min(dim, begin + stagedShare(dim, gridDim.y)), vecRow, normed8, normed);
+    shrinkRowsByBlock(t, a, numSlots, slot, row, int64_t(blockIdx.y) * kBlockRankRows, rankRows, dim, vec, sr,
+                      [&](int64_t i) { return toF(xs[i]); });
+    return;
   }
+  const int64_t share = (dim + gridDim.y - 1) / gridDim.y, end = min(dim, (blockIdx.y + 1) * share);
+  for (int64_t i = blockIdx.y * share + threadIdx.x; i < end; i += blockDim.x) o[i] = normed(i);
+  if (blockIdx.y < rankRows)
+    shrinkRowByBlock(t, a, numSlots, slot, row, blockIdx.y, rankRows, dim, vec, sr,
+                     [&](int64_t i) { return toF(normed(i)); });
 }
 
 // One warp per (token, head) over the q heads then the k heads of fused qkv rows, in place.
@@ -125,13 +140,15 @@ void addRmsNorm(DType act, void* residual, const void* x, Weights w, void* out, 
 void rmsNormShrink(DType act, void* out, const void* x, Weights w, int64_t rows, int64_t dim, float eps,
                    LoraShrinkArgs lora) {
   if (rows == 0) return;
-  if (rows > kFusedWarpRows) {
+  const FusedShrink how = fusedShrinkFor(rows, dim, dtypeSize(act));
+  if (how == FusedShrink::After) {
     rmsNorm(act, out, x, w, rows, dim, eps);
     return loraShrink(act, lora.t, out, lora.a, lora.numSlots, lora.slotOfRow, rows, dim, lora.rankRows, lora.ranks);
   }
-  const bool byWarp = rows > kFusedShrinkRows;
-  const int64_t perRow = byWarp ? (lora.rankRows + kFusedWarps - 1) / kFusedWarps : lora.rankRows;
+  const bool staged = how == FusedShrink::Staged;
+  const int64_t perRow = staged ? stagedBlocksPerRow(lora.rankRows) : lora.rankRows;
   const dim3 grid(unsigned(rows), unsigned(std::max<int64_t>(1, perRow)));
+  const size_t stageBytes = staged ? size_t(dim) * dtypeSize(act) : 0;
   withAct(act, [&](auto t) {
     withFloat(w.dtype, [&](auto wt) {
       withFloat(lora.a.dtype, [&](auto at) {
@@ -139,10 +156,12 @@ void rmsNormShrink(DType act, void* out, const void* x, Weights w, int64_t rows,
         using W = decltype(wt);
         using A = decltype(at);
         const bool vec = rowsAligned16(lora.a.data, dim, sizeof(A));
-        rmsNormShrinkKernel<T, W, A><<<grid, kThreads, 0, stream()>>>(
+        const bool vecRow = rowsAligned16(x, dim, sizeof(T)) && rowsAligned16(out, dim, sizeof(T)) &&
+                            rowsAligned16(w.data, dim, sizeof(W));
+        rmsNormShrinkKernel<T, W, A><<<grid, kThreads, stageBytes, stream()>>>(
             static_cast<T*>(out), static_cast<const T*>(x), static_cast<const W*>(w.data), dim, eps,
             static_cast<T*>(lora.t), static_cast<const A*>(lora.a.data), lora.numSlots, lora.slotOfRow, lora.rankRows,
-            vec, byWarp, lora.ranks);
+            vec, staged, vecRow, lora.ranks);
       });
     });
   });

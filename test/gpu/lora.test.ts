@@ -56,7 +56,8 @@ describeGpu('cuda lora', () => {
 
   // The fused forms against the CPU and against the separate CUDA ops (within rounding):
   // rmsNormShrink and siluMulShrink (a block per rank row of each row up to 16 rows, a warp
-  // up to 64, then the plain op and the tiled shrink); linearExpand,
+  // up to 64 from the row staged in shared memory, then, or where the row does not fit, the
+  // plain op and the tiled shrink); linearExpand,
   // plain and accumulating (the expand in the GEMV epilogue up to 4 rows, linear +
   // loraExpand above; accumulating, the adapter's delta joins the projection first).
   describe.each(ACTS)('fused, %s activations', (act) => {
@@ -68,6 +69,7 @@ describeGpu('cuda lora', () => {
       [16, 64, [96], 4],
       [40, 512, [256, 128, 128], 16],
       [100, 256, [128, 64], 8],
+      [48, 12800, [64, 32], 8],  // f32: a row past what a block stages (the op, then the tiled shrink)
     ];
     it.each(cases)('%i rows, in %i, slices %j, rank %i', (n, inF, widths, rank) => {
       const rng = new Rng(3 * n + inF + rank + act.length);

@@ -21,6 +21,20 @@ function time(fn: () => void, reps = 20): number {
   return samples[3] / 1e3;  // seconds
 }
 
+/**
+ * Seconds per call of fn inside a captured graph (as a decode step runs it): no launch
+ * overhead. fn gets the call's index, to cycle through copies of its weights that
+ * together pass the L2 cache (a decode step reads its weights from HBM).
+ */
+function timeInGraph(fn: (rep: number) => void, reps = 48): number {
+  const graph = addon.captureGraph(() => {
+    for (let i = 0; i < reps; ++i) fn(i);
+  });
+  const s = time(() => graph.replay(), 1) / reps;
+  graph.dispose();
+  return s;
+}
+
 function randn(dtype: 'f32' | 'bf16', shape: number[], seed: number, scale = 1): Tensor {
   const n = shape.reduce((a, b) => a * b, 1);
   return onCuda(dtype, shape, new Rng(seed).floats(n, -scale, scale));
@@ -90,6 +104,38 @@ it.runIf(HAS_CUDA && process.env.MSTAR_GPU_TIMING === '1')('timings', () => {
     const lens = onCuda('i32', [1], [T]);
     const s = time(() => addon.pagedAttention(out, qkv, k, v, tables, starts, lens, l.h, l.kv, l.hd, 0.088), 3);
     report(`attention prefill 1 x ${T} tokens, 32/8 heads, hd 128`, s, `${((2 * 2 * T * T * l.h * l.hd) / 2 / s / 1e12).toFixed(1)} TFLOP/s (causal)`);
+  }
+
+  // The adapter's ops at decode batch sizes, on Qwen3-0.6B's shapes (hidden 1024, q 2048,
+  // qkv 4096, intermediate 3072), rank 16, every row on slot 1: each beside the plain op it
+  // joins or follows, timed inside a graph as a decode step runs them.
+  for (const n of [1, 8, 32, 64]) {
+    const rank = 16, slots = 3;
+    const slotOfRow = onCuda('i32', [n], new Array(n).fill(1));
+    // 8 copies of each weight (more than the 50 MB L2 holds together), call i using copy i % 8.
+    const copies = <T,>(make: (seed: number) => T) => Array.from({ length: 8 }, (_, i) => make(100 + i));
+    const a = (rows: number, inF: number) => copies((seed) => randn('bf16', [slots, rows, inF], seed, 0.05));
+    const b = (outF: number) => copies((seed) => randn('bf16', [slots, outF, rank], seed, 0.05));
+    const w = (outF: number, inF: number) => copies((seed) => randn('bf16', [outF, inF], seed, 0.02));
+    const starts = (widths: number[]) => onCuda('i32', [widths.length + 1], widths.reduce((acc, w) => [...acc, acc[acc.length - 1] + w], [0]));
+    const x = randn('bf16', [n, 1024], 13), normW = randn('bf16', [1024], 14, 1), xOut = addon.empty('bf16', [n, 1024], 'cuda');
+    const gateUp = randn('bf16', [n, 6144], 15, 4), act = addon.empty('bf16', [n, 3072], 'cuda');
+    const attn = randn('bf16', [n, 2048], 16), residual = randn('bf16', [n, 1024], 17);
+    const qkv = addon.empty('bf16', [n, 4096], 'cuda'), gu = addon.empty('bf16', [n, 6144], 'cuda');
+    const t48 = randn('bf16', [n, 48], 18), t32 = randn('bf16', [n, 32], 19), t16 = randn('bf16', [n, 16], 20);
+    const wQkv = w(4096, 1024), wGu = w(6144, 1024), wO = w(1024, 2048);
+    const aQkv = a(48, 1024), aDown = a(16, 3072), aO = a(16, 2048);
+    const bQkv = b(4096), bGu = b(6144), bO = b(1024), stQkv = starts([2048, 1024, 1024]), stGu = starts([3072, 3072]), stO = starts([1024]);
+    const us = (fn: (c: number) => void) => timeInGraph((i) => fn(i % 8));
+    const row = (what: string, plain: number, lora: number) =>
+      report(`lora n=${n} ${what}`, lora, `plain ${(plain * 1e6).toFixed(1)} us, +${((lora - plain) * 1e6).toFixed(1)} us`);
+    row('rmsNormShrink 1024, 48 rank rows', us(() => addon.rmsNorm(xOut, x, normW, 1e-6)), us((c) => addon.rmsNormShrink(xOut, x, normW, 1e-6, t48, aQkv[c], slotOfRow)));
+    row('siluMulShrink 3072, 16 rank rows', us(() => addon.siluMul(act, gateUp)), us((c) => addon.siluMulShrink(act, gateUp, t16, aDown[c], slotOfRow)));
+    row('loraShrink 2048 -> 16 (o)', 0, us((c) => addon.loraShrink(t16, attn, aO[c], slotOfRow)));
+    row('linearExpand 1024 -> 4096 (qkv)', us((c) => addon.linear(qkv, x, wQkv[c], null)), us((c) => addon.linearExpand(qkv, x, wQkv[c], null, t48, bQkv[c], slotOfRow, stQkv)));
+    row('linearExpand 1024 -> 6144 (gate_up)', us((c) => addon.linear(gu, x, wGu[c], null)), us((c) => addon.linearExpand(gu, x, wGu[c], null, t32, bGu[c], slotOfRow, stGu)));
+    row('linearExpand 2048 -> 1024 accumulate (o)', us((c) => addon.linear(residual, attn, wO[c], null, true)),
+      us((c) => addon.linearExpand(residual, attn, wO[c], null, t16, bO[c], slotOfRow, stO, true)));
   }
 
   // Sampling 64 rows of a 151936 vocabulary.
