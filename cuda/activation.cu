@@ -18,13 +18,13 @@ __global__ void siluMulKernel(T* out, const T* gateUp, int64_t n, int64_t inter)
 
 // siluMul of row blockIdx.x, and the LoRA shrink of that row where it is made: the row's
 // gridDim.y blocks each store their share of the columns. staged: each block makes the
-// whole row into shared memory and shrinks kBlockRankRows rank rows from it;
+// whole row into shared memory and shrinks rb rank rows from it;
 // otherwise the block shrinks rank row blockIdx.y, recomputing the values as siluMul
 // stores them.
 template <typename T, typename A>
 __global__ void siluMulShrinkKernel(T* __restrict__ out, const T* __restrict__ gateUp, int64_t inter, T* t, const A* a,
                                     int64_t numSlots, const int32_t* slotOfRow, int64_t rankRows, bool vec, bool staged,
-                                    bool vecRow, SlotRanks sr) {
+                                    bool vecRow, int rb, SlotRanks sr) {
   extern __shared__ __align__(16) unsigned char rowStage[];  // staged: the row, as stored
   const int64_t row = blockIdx.x;
   const int32_t slot = slotOfRow[row];  // loaded first: the shrink waits for it last
@@ -43,7 +43,7 @@ __global__ void siluMulShrinkKernel(T* __restrict__ out, const T* __restrict__ g
       for (int e = 0; e < 8; ++e) v[e] = silu(gv[e], uv[e]);
     };
     stageRow(xs, o, inter, begin, min(inter, begin + stagedShare(inter, gridDim.y)), vecRow, act8, act);
-    shrinkRowsByBlock(t, a, numSlots, slot, row, int64_t(blockIdx.y) * kBlockRankRows, rankRows, inter, vec, sr,
+    shrinkRowsByBlock(t, a, numSlots, slot, row, int64_t(blockIdx.y) * rb, rb, rankRows, inter, vec, sr,
                       [&](int64_t i) { return toF(xs[i]); });
     return;
   }
@@ -82,7 +82,8 @@ void siluMulShrink(DType act, void* out, const void* gateUp, int64_t n, int64_t 
     return loraShrink(act, lora.t, out, lora.a, lora.numSlots, lora.slotOfRow, n, inter, lora.rankRows, lora.ranks);
   }
   const bool staged = how == FusedShrink::Staged;
-  const int64_t perRow = staged ? stagedBlocksPerRow(lora.rankRows) : lora.rankRows;
+  const int rb = staged ? stagedRankRows(n, lora.rankRows) : 0;
+  const int64_t perRow = staged ? stagedBlocksPerRow(lora.rankRows, rb) : lora.rankRows;
   const dim3 grid(unsigned(n), unsigned(std::max<int64_t>(1, perRow)));
   const size_t stageBytes = staged ? size_t(inter) * dtypeSize(act) : 0;
   withAct(act, [&](auto t) {
@@ -94,7 +95,7 @@ void siluMulShrink(DType act, void* out, const void* gateUp, int64_t n, int64_t 
       siluMulShrinkKernel<T, A><<<grid, 256, stageBytes, stream()>>>(static_cast<T*>(out), static_cast<const T*>(gateUp), inter,
                                                                  static_cast<T*>(lora.t), static_cast<const A*>(lora.a.data),
                                                                  lora.numSlots, lora.slotOfRow, lora.rankRows, vec,
-                                                                 staged, vecRow, lora.ranks);
+                                                                 staged, vecRow, rb, lora.ranks);
     });
   });
   checkLaunch("siluMulShrink kernel");

@@ -42,13 +42,13 @@ __global__ void shrinkKernel(T* t, const T* x, const A* a, int64_t numSlots, con
   shrinkRowByBlock(t, a, numSlots, slotOfRow[r], r, blockIdx.y, rankRows, in, vec, sr, xAt);
 }
 
-// Up to kStagedShrinkRows rows: t[r, k0 .. k0 + kBlockRankRows] by block (r, k0 / kBlockRankRows).
+// Up to kStagedShrinkRows rows: t[r, k0 .. k0 + rb] by block (r, k0 / rb).
 template <typename T, typename A>
 __global__ void shrinkRowsKernel(T* t, const T* x, const A* a, int64_t numSlots, const int32_t* slotOfRow, int64_t in,
-                                 int64_t rankRows, bool vec, SlotRanks sr) {
+                                 int64_t rankRows, int rb, bool vec, SlotRanks sr) {
   const int64_t r = blockIdx.x;
   const T* xr = x + r * in;
-  shrinkRowsByBlock(t, a, numSlots, slotOfRow[r], r, int64_t(blockIdx.y) * kBlockRankRows, rankRows, in, vec, sr,
+  shrinkRowsByBlock(t, a, numSlots, slotOfRow[r], r, int64_t(blockIdx.y) * rb, rb, rankRows, in, vec, sr,
                     [&](int64_t i) { return toF(xr[i]); });
 }
 
@@ -199,6 +199,12 @@ unsigned strideGrid(int64_t n) { return unsigned(std::max<int64_t>(1, std::min<i
 
 }  // namespace
 
+int stagedRankRows(int64_t n, int64_t rankRows) {
+  for (int rb : {kBlockRankRows, kBlockRankRows / 2})
+    if (n * stagedBlocksPerRow(rankRows, rb) >= smCount()) return rb;
+  return kBlockRankRows / 4;
+}
+
 void loraShrink(DType act, void* t, const void* x, Weights a, int64_t numSlots, const int32_t* slotOfRow, int64_t n,
                 int64_t in, int64_t rankRows, SlotRanks ranks) {
   if (n == 0 || rankRows == 0) return;
@@ -215,8 +221,10 @@ void loraShrink(DType act, void* t, const void* x, Weights a, int64_t numSlots, 
         const dim3 grid{unsigned(n), unsigned(rankRows)};
         shrinkKernel<T, W><<<grid, kShrinkThreads, 0, stream()>>>(tp, xp, ap, numSlots, slotOfRow, in, rankRows, vecA, ranks);
       } else if (n <= kStagedShrinkRows) {
-        const dim3 grid{unsigned(n), unsigned(stagedBlocksPerRow(rankRows))};
-        shrinkRowsKernel<T, W><<<grid, kShrinkThreads, 0, stream()>>>(tp, xp, ap, numSlots, slotOfRow, in, rankRows, vec, ranks);
+        const int rb = stagedRankRows(n, rankRows);
+        const dim3 grid{unsigned(n), unsigned(stagedBlocksPerRow(rankRows, rb))};
+        shrinkRowsKernel<T, W><<<grid, kShrinkThreads, 0, stream()>>>(tp, xp, ap, numSlots, slotOfRow, in, rankRows, rb, vec,
+                                                                       ranks);
       } else {
         const int64_t groups = (rankRows + kShrinkWarps - 1) / kShrinkWarps, tile = tileRowsFor(n, groups);
         const dim3 grid{unsigned((n + tile - 1) / tile), unsigned(groups)};

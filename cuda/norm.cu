@@ -46,13 +46,13 @@ __global__ void addRmsNormKernel(T* residual, const T* x, const W* w, T* out, in
 // rmsNorm of row blockIdx.x, and the LoRA shrink of the normed row where it is made: the
 // row's gridDim.y blocks each work out the row's scale (x is only read, so they need not
 // wait for each other) and store their share of the columns. staged: each block makes the
-// whole normed row into shared memory and shrinks kBlockRankRows rank rows from it;
+// whole normed row into shared memory and shrinks rb rank rows from it;
 // otherwise the block shrinks rank row blockIdx.y, recomputing the normed values as
 // rmsNorm stores them.
 template <typename T, typename W, typename A>
 __global__ void rmsNormShrinkKernel(T* __restrict__ out, const T* __restrict__ x, const W* w, int64_t dim, float eps,
                                     T* t, const A* a, int64_t numSlots, const int32_t* slotOfRow, int64_t rankRows,
-                                    bool vec, bool staged, bool vecRow, SlotRanks sr) {
+                                    bool vec, bool staged, bool vecRow, int rb, SlotRanks sr) {
   extern __shared__ __align__(16) unsigned char rowStage[];  // staged: the normed row, as stored
   __shared__ float partial[32];
   const int64_t row = blockIdx.x;
@@ -77,7 +77,7 @@ __global__ void rmsNormShrinkKernel(T* __restrict__ out, const T* __restrict__ x
       for (int e = 0; e < 8; ++e) v[e] = fromF<T>(wv[e] * (xv[e] * r));
     };
     stageRow(xs, o, dim, begin, min(dim, begin + stagedShare(dim, gridDim.y)), vecRow, normed8, normed);
-    shrinkRowsByBlock(t, a, numSlots, slot, row, int64_t(blockIdx.y) * kBlockRankRows, rankRows, dim, vec, sr,
+    shrinkRowsByBlock(t, a, numSlots, slot, row, int64_t(blockIdx.y) * rb, rb, rankRows, dim, vec, sr,
                       [&](int64_t i) { return toF(xs[i]); });
     return;
   }
@@ -146,7 +146,8 @@ void rmsNormShrink(DType act, void* out, const void* x, Weights w, int64_t rows,
     return loraShrink(act, lora.t, out, lora.a, lora.numSlots, lora.slotOfRow, rows, dim, lora.rankRows, lora.ranks);
   }
   const bool staged = how == FusedShrink::Staged;
-  const int64_t perRow = staged ? stagedBlocksPerRow(lora.rankRows) : lora.rankRows;
+  const int rb = staged ? stagedRankRows(rows, lora.rankRows) : 0;
+  const int64_t perRow = staged ? stagedBlocksPerRow(lora.rankRows, rb) : lora.rankRows;
   const dim3 grid(unsigned(rows), unsigned(std::max<int64_t>(1, perRow)));
   const size_t stageBytes = staged ? size_t(dim) * dtypeSize(act) : 0;
   withAct(act, [&](auto t) {
@@ -161,7 +162,7 @@ void rmsNormShrink(DType act, void* out, const void* x, Weights w, int64_t rows,
         rmsNormShrinkKernel<T, W, A><<<grid, kThreads, stageBytes, stream()>>>(
             static_cast<T*>(out), static_cast<const T*>(x), static_cast<const W*>(w.data), dim, eps,
             static_cast<T*>(lora.t), static_cast<const A*>(lora.a.data), lora.numSlots, lora.slotOfRow, lora.rankRows,
-            vec, staged, vecRow, lora.ranks);
+            vec, staged, vecRow, rb, lora.ranks);
       });
     });
   });

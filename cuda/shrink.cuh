@@ -53,7 +53,7 @@ __device__ void shrinkRowByBlock(T* t, const A* a, int64_t numSlots, int32_t slo
   if (threadIdx.x == 0) t[r * rankRows + k] = fromF<T>(acc);
 }
 
-// Rank rows k0 .. k0 + kBlockRankRows of row r into t, by the whole block: each thread
+// Rank rows k0 .. k0 + rb of row r into t (rb <= kBlockRankRows), by the whole block: each thread
 // takes its runs of the row (8 elements where vec, else 1), reads its x values once for all
 // the rank rows, and has the rank rows' loads of A in flight together (one round trip a
 // run, where a warp walking a 2-3K row alone for each rank row waited for several). The
@@ -63,7 +63,7 @@ __device__ void shrinkRowByBlock(T* t, const A* a, int64_t numSlots, int32_t slo
 // thread and made the kernels slower: fewer blocks fit an SM.)
 constexpr int kBlockRankRows = 8;
 template <typename T, typename A, typename F>
-__device__ void shrinkRowsByBlock(T* t, const A* a, int64_t numSlots, int32_t slot, int64_t r, int64_t k0,
+__device__ void shrinkRowsByBlock(T* t, const A* a, int64_t numSlots, int32_t slot, int64_t r, int64_t k0, int rb,
                                   int64_t rankRows, int64_t in, bool vec, const SlotRanks& sr, F&& xAt) {
   constexpr int RB = kBlockRankRows;
   const A* aRow[RB];
@@ -71,7 +71,8 @@ __device__ void shrinkRowsByBlock(T* t, const A* a, int64_t numSlots, int32_t sl
 #pragma unroll
   for (int j = 0; j < RB; ++j) {
     const int64_t k = k0 + j;
-    aRow[j] = on && k < rankRows && hasRankRow(sr, slot, k, rankRows) ? a + (int64_t(slot) * rankRows + k) * in : nullptr;
+    aRow[j] = on && j < rb && k < rankRows && hasRankRow(sr, slot, k, rankRows) ? a + (int64_t(slot) * rankRows + k) * in
+                                                                                : nullptr;
   }
   float acc[RB] = {};
   if (vec) {
@@ -105,7 +106,7 @@ __device__ void shrinkRowsByBlock(T* t, const A* a, int64_t numSlots, int32_t sl
     if (lane == 0) partial[j][warp] = sum;
   }
   __syncthreads();
-  if (threadIdx.x < RB && k0 + threadIdx.x < rankRows) {
+  if (threadIdx.x < rb && k0 + threadIdx.x < rankRows) {
     float sum = 0;
     for (int w = 0; w < int(blockDim.x / 32); ++w) sum += partial[threadIdx.x][w];
     t[r * rankRows + k0 + threadIdx.x] = fromF<T>(sum);
@@ -163,8 +164,11 @@ inline FusedShrink fusedShrinkFor(int64_t n, int64_t in, size_t elem) {
   return FusedShrink::After;
 }
 
-// Blocks a row takes in the staged layout.
-inline int64_t stagedBlocksPerRow(int64_t rankRows) { return std::max<int64_t>(1, (rankRows + kBlockRankRows - 1) / kBlockRankRows); }
+// Rank rows to a block in the staged layout: 8, or 4 or 2 where n rows of 8 would leave
+// SMs without a block (measured: SiLU·mul's 16 rank rows at 32 rows were 64 blocks).
+int stagedRankRows(int64_t n, int64_t rankRows);
+// Blocks a row takes in the staged layout, rb rank rows each.
+inline int64_t stagedBlocksPerRow(int64_t rankRows, int rb) { return std::max<int64_t>(1, (rankRows + rb - 1) / rb); }
 
 inline bool rowsAligned16(const void* p, int64_t in, size_t elem) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0 && (in * int64_t(elem)) % 16 == 0;
