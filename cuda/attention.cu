@@ -69,19 +69,32 @@ __device__ __forceinline__ void loadDims(float (&dst)[DPL], const C* head, int l
 
 // Where token t's keys are: its sequence (the last s with queryStarts[s] <= t, as the
 // CPU's upper_bound), that sequence's block table, and how many keys it sees.
+// In a decode step token t is sequence t's one query: that guess and its context length
+// load together, one round trip, and only a miss (prefill chunks) binary-searches. (The
+// search's chain of dependent loads, 5 at 32 sequences and then the length, came before
+// every other load of the block.)
 struct TokenKeys {
   const int32_t* table;
   int64_t count;
 };
 __device__ __forceinline__ TokenKeys keysOf(const Args& p, int64_t t) {
-  int lo = 0, hi = p.numSeqs - 1;
-  while (lo < hi) {
-    int mid = (lo + hi + 1) / 2;
-    if (p.queryStarts[mid] <= t) lo = mid;
-    else hi = mid - 1;
+  int lo = int(min(t, int64_t(p.numSeqs - 1)));
+  int64_t qStart = p.queryStarts[lo], qEnd = p.queryStarts[lo + 1];
+  int64_t ctx = p.contextLens[lo];
+  if (!(qStart <= t && t < qEnd)) {
+    int hi = p.numSeqs - 1;
+    lo = 0;
+    while (lo < hi) {
+      int mid = (lo + hi + 1) / 2;
+      if (p.queryStarts[mid] <= t) lo = mid;
+      else hi = mid - 1;
+    }
+    qStart = p.queryStarts[lo];
+    qEnd = p.queryStarts[lo + 1];
+    ctx = p.contextLens[lo];
   }
-  const int64_t qStart = p.queryStarts[lo], qLen = p.queryStarts[lo + 1] - qStart;
-  const int64_t pos = int64_t(p.contextLens[lo]) - qLen + (t - qStart);  // the last key it sees
+  const int64_t qLen = qEnd - qStart;
+  const int64_t pos = ctx - qLen + (t - qStart);  // the last key it sees
   return {p.tables + int64_t(lo) * p.maxBlocks, max(int64_t(0), min(pos + 1, p.maxBlocks * p.blockSize))};
 }
 
