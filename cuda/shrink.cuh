@@ -1,5 +1,6 @@
-// The LoRA shrink of one rank row of one row, t[k] = x · a[k], shared by loraShrink and by
-// the kernels that make x (RMSNorm, SiLU·mul) and shrink it where they make it.
+// The LoRA shrink of a row, t[k] = x · a[k], by rank row or by a block's rank rows, shared by
+// loraShrink and by the kernels that make x (RMSNorm, SiLU·mul) and shrink it where they
+// make it.
 // xAt(i) gives element i of x as the producing op stores it (rounded to the activation
 // type), so a fused shrink reads the same values a separate one would.
 #pragma once
@@ -53,11 +54,11 @@ __device__ void shrinkRowByBlock(T* t, const A* a, int64_t numSlots, int32_t slo
   if (threadIdx.x == 0) t[r * rankRows + k] = fromF<T>(acc);
 }
 
-// Rank rows k0 .. k0 + rb of row r into t (rb <= kBlockRankRows), by the whole block: each thread
-// takes its runs of the row (8 elements where vec, else 1), reads its x values once for all
-// the rank rows, and has the rank rows' loads of A in flight together (one round trip a
-// run, where a warp walking a 2-3K row alone for each rank row waited for several). The
-// warps' sums meet in shared memory. Slot 0, a slot outside the table, a padding row or a
+// Rank rows k0 .. k0 + rb of row r into t (rb <= kBlockRankRows), by the whole block: each
+// thread takes its runs of the row (8 elements where vec, else 1), reads its x values once
+// for all the rank rows, and has the rank rows' loads of A in flight together (one round
+// trip a run, where a warp walking a 2-3K row alone for each rank row waited for several).
+// The warps' sums meet in shared memory. Slot 0, a slot outside the table, a padding row or a
 // rank row the slot's adapter lacks gives zeros. The whole block must call it. (Loading
 // A's first run before the row is made, to overlap the two, took 30 more registers a
 // thread and made the kernels slower: fewer blocks fit an SM.)
@@ -147,8 +148,8 @@ __device__ __forceinline__ int64_t stagedShare(int64_t in, int blocks) { return 
 // rank-row blocks recomputing what it needs of the row, and loraShrink gives each rank row
 // a block. Up to kStagedShrinkRows (decode batches) they still shrink where they make x: a
 // block makes the whole row once into shared memory (kStageBytes at most), then shrinks
-// kBlockRankRows rank rows from there (shrinkRowsByBlock), and loraShrink's blocks do the
-// same from x. (Recomputing the row in each warp of such a block instead cost SiLU·mul +
+// its 8, 4 or 2 rank rows from there (shrinkRowsByBlock, stagedRankRows), and loraShrink's
+// blocks do the same from x. (Recomputing the row in each warp of such a block instead cost SiLU·mul +
 // shrink 16 us at 32 rows of Qwen3-0.6B, for 2 us of plain SiLU·mul.) Above, or where the
 // row does not fit (prefill), the rows give the parallelism: x is made once, then
 // loraShrink's warps take a rank row each for a tile of rows.
