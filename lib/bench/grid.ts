@@ -1,5 +1,5 @@
-// Runs one engine side's grid: a warm-up at every concurrency, then every mix × load point × round, each cell's
-// requests drawn from the seed so both engine sides see the very same prompts.
+// Runs one round of one engine side's grid: a warm-up at every concurrency, then every mix × load point,
+// each cell's requests drawn from the seed so both engine sides see the very same prompts.
 import { hashString, Rng } from '../synth/rng.js';
 import { cellReport, type CellReport, type EngineSide } from './cell.js';
 import { drawLength } from './lengths.js';
@@ -41,20 +41,26 @@ export class BenchError extends Error {
   override readonly name = 'BenchError';
 }
 
-export async function runGrid(grid: Grid, side: Side, mixes: readonly MixName[]): Promise<CellReport[]> {
+/** One round of one cell: the requests of a mix at a load point. */
+export interface CellRun {
+  mix: MixName;
+  load: LoadShape;
+  run: LoadRun;
+}
+
+export async function runRound(grid: Grid, side: Side, mixes: readonly MixName[], round: number): Promise<CellRun[]> {
   await warmUp(grid, side, mixes.some(needsAdapters) ? grid.adapters[0] : undefined);
-  const runs = new Map<string, LoadRun[]>();
-  const key = (mix: MixName, load: LoadShape): string => `${mix}/${describeLoad(load)}`;
-  // Rounds go round the whole grid, so a drift over time shows as spread between rounds.
-  for (let round = 1; round <= grid.opts.rounds; round++) {
-    for (const mix of mixes) {
-      for (const load of grid.loads) {
-        const run = await runCell(grid, side, mix, load, round);
-        runs.set(key(mix, load), [...(runs.get(key(mix, load)) ?? []), run]);
-      }
-    }
+  const runs: CellRun[] = [];
+  for (const mix of mixes) {
+    for (const load of grid.loads) runs.push({ mix, load, run: await runCell(grid, side, mix, load, round) });
   }
-  return mixes.flatMap((mix) => grid.loads.map((load) => cellReport(side.engine, mix, load, runs.get(key(mix, load))!)));
+  return runs;
+}
+
+/** An engine side's cells, mix by mix and load point by load point, each over its rounds' runs. */
+export function cellsOf(engine: EngineSide, mixes: readonly MixName[], loads: readonly LoadShape[], runs: readonly CellRun[]): CellReport[] {
+  return mixes.flatMap((mix) => loads.map((load) => cellReport(engine, mix, load,
+    runs.filter((r) => r.mix === mix && describeLoad(r.load) === describeLoad(load)).map((r) => r.run))));
 }
 
 async function runCell(grid: Grid, side: Side, mix: MixName, load: LoadShape, round: number): Promise<LoadRun> {

@@ -3,14 +3,15 @@
 // bunch stream chunks together, so the client side of the benchmark runs here.
 import { parentPort, workerData } from 'node:worker_threads';
 
-import { BenchError, runGrid } from './grid.js';
+import { BenchError, runRound } from './grid.js';
 import type { GridJob, FromGridWorker } from './grid_thread.js';
 
 const port = parentPort!;
 const send = (m: FromGridWorker): void => port.postMessage(m);
 const job = workerData as GridJob;
 
-runGrid({ ...job.grid, ui: { status: (line) => send({ type: 'status', line }), log: (line) => send({ type: 'log', line }) } }, job.side, job.mixes).then(
-  (cells) => send({ type: 'done', cells }),
+const ui = { status: (line: string) => send({ type: 'status', line }), log: (line: string) => send({ type: 'log', line }) };
+runRound({ ...job.grid, ui }, job.side, job.mixes, job.round).then(
+  (runs) => send({ type: 'done', runs }),
   (e: unknown) => send({ type: 'error', message: e instanceof Error ? e.message : String(e), bench: e instanceof BenchError }),
 );

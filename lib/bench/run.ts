@@ -1,12 +1,12 @@
-// `mstar bench` end to end: resolves what to measure, runs the grid on the engine under test,
-// then the LoRA-off baseline at the same load points, and puts retention (and, on request,
-// the c=1 roofline) into one report.
+// `mstar bench` end to end: resolves what to measure, runs the grid on the engine under test
+// and on the LoRA-off baseline at the same load points, round by round, and puts retention
+// (and, on request, the c=1 roofline and the long-prefill cell) into one report.
 import { readModelConfig } from '../checkpoint/config.js';
 import type { ServeConfig } from '../config/schema.js';
 import { withRetention, type CellReport, type EngineSide } from './cell.js';
 import { listModels } from './endpoint.js';
-import { BenchError, type BenchUi, type Grid, type Side } from './grid.js';
-import { runGridOnThread } from './grid_thread.js';
+import { BenchError, cellsOf, type BenchUi, type CellRun, type Grid, type Side } from './grid.js';
+import { runRoundOnThread } from './grid_thread.js';
 import { formatLength, meanLength } from './lengths.js';
 import type { LoadShape } from './load.js';
 import { loadBenchConfig, startLocalServer, withoutLora } from './local_server.js';
@@ -53,35 +53,49 @@ export async function runBenchmark(opts: BenchOptions, ui: BenchUi): Promise<Ben
   }
 
   const grid: Grid = { opts, loads, adapters, idLimit, ui };
-  let cells: CellReport[], baseline: CellReport[] = [], prefill: CellReport[] = [];
-  let engines: EngineCounters[] | null = null;
-  let url: string, baselineUrl: string | null = null;
+  const runs: Record<EngineSide, CellRun[]> = { 'lora-on': [], 'lora-off': [] };
+  const prefillRuns: Record<EngineSide, CellRun[]> = { 'lora-on': [], 'lora-off': [] };
+  const counters = new Map<EngineSide, EngineCounters>();
+  const urls = new Map<EngineSide, string>();
+  // Each side measured once a round: its grid (and in the first round, with --prefill, its
+  // long-prompt cell), on a server of its own started for the round where --serve.
+  const sides: Array<(round: number) => Promise<void>> = [];
+  const long = opts.prefill === undefined || serveConfig === undefined ? undefined : prefillGrid(grid, opts.prefill, serveConfig);
+  const onSide = (side: Side, m: readonly MixName[]) => async (round: number) => {
+    runs[side.engine].push(...await runRoundOnThread(grid, side, m, round));
+    if (long && round === 1) prefillRuns[side.engine].push(...await runRoundOnThread(long, side, ['base'], 1));
+  };
   if (serveConfig !== undefined) {
-    const long = opts.prefill === undefined ? undefined : prefillGrid(grid, opts.prefill, serveConfig);
-    // Each side's grid, then (with --prefill) its long-prompt cell, on the same server.
-    const measure = (m: readonly MixName[]) => async (side: Side) => ({
-      grid: await runGridOnThread(grid, side, m),
-      prefill: long ? await runGridOnThread(long, side, ['base']) : [],
-    });
-    // The engine under test, then its LoRA-off twin: one at a time, so neither slows the other.
-    const on = await onLocalServer('lora-on', serveConfig, ui, measure(mixes));
-    const off = await onLocalServer('lora-off', withoutLora(serveConfig), ui, measure(['base']));
-    ({ url } = on);
-    baselineUrl = off.url;
-    engines = [on.counters, off.counters];
-    cells = on.out.grid;
-    baseline = off.out.grid;
-    prefill = [...on.out.prefill, ...off.out.prefill];
+    // The engine under test and its LoRA-off twin: one at a time, so neither slows the other.
+    for (const [engine, config, m] of [['lora-on', serveConfig, mixes], ['lora-off', withoutLora(serveConfig), ['base']]] as const) {
+      sides.push(async (round) => {
+        const { url, counters: c } = await onLocalServer(engine, config, ui, (side) => onSide(side, m)(round));
+        if (!urls.has(engine)) urls.set(engine, url);
+        counters.set(engine, addCounters(counters.get(engine), c));
+      });
+    }
   } else {
     const t = target as Extract<BenchOptions['target'], { kind: 'url' }>;
-    url = t.url;
-    cells = await runGridOnThread(grid, { engine: 'lora-on', url: t.url, base: model, apiKey: t.apiKey }, mixes);
+    urls.set('lora-on', t.url);
+    sides.push(onSide({ engine: 'lora-on', url: t.url, base: model, apiKey: t.apiKey }, mixes));
     if (t.baselineUrl !== undefined) {
-      baselineUrl = t.baselineUrl;
       const base = t.baselineModel ?? t.model ?? (await listModels(t.baselineUrl, t.apiKey)).base ?? model;
-      baseline = await runGridOnThread(grid, { engine: 'lora-off', url: t.baselineUrl, base, apiKey: t.apiKey }, ['base']);
+      urls.set('lora-off', t.baselineUrl);
+      sides.push(onSide({ engine: 'lora-off', url: t.baselineUrl, base, apiKey: t.apiKey }, ['base']));
     }
   }
+  // Rounds alternate which side goes first (on, off; off, on; ...), so that a drift over the
+  // run weighs on both sides alike. (In some single-round runs on an H200, base rows with
+  // LoRA on came out 5-10% faster than the LoRA-off engine measured after them, on the same
+  // kernels, at every load point.)
+  for (let round = 1; round <= opts.rounds; round++) {
+    for (const measure of round % 2 === 1 ? sides : [...sides].reverse()) await measure(round);
+  }
+  const cells = cellsOf('lora-on', mixes, loads, runs['lora-on']);
+  const baseline = sides.length > 1 ? cellsOf('lora-off', ['base'], loads, runs['lora-off']) : [];
+  const prefill = long ? (['lora-on', 'lora-off'] as const).flatMap((e) => cellsOf(e, ['base'], long.loads, prefillRuns[e])) : [];
+  const engines = counters.size > 0 ? [...counters.values()] : null;
+  const url = urls.get('lora-on')!, baselineUrl = urls.get('lora-off') ?? null;
   const all = [...withRetention(cells, baseline), ...withRetention(baseline, baseline)];
 
   return {
@@ -135,6 +149,16 @@ function loadPoints(opts: BenchOptions, ui: BenchUi): LoadShape[] {
   }
   if (loads.length === 0) throw new BenchError('no load points: give --concurrency and/or --rate');
   return loads;
+}
+
+/** An engine side's counters over its servers (one a round). */
+function addCounters(a: EngineCounters | undefined, b: EngineCounters): EngineCounters {
+  if (a === undefined) return b;
+  const lora = a.lora && b.lora && {
+    loads: a.lora.loads + b.lora.loads, evictions: a.lora.evictions + b.lora.evictions,
+    turns: a.lora.turns + b.lora.turns, loadSeconds: a.lora.loadSeconds + b.lora.loadSeconds,
+  };
+  return { engine: a.engine, steps: a.steps + b.steps, preemptions: a.preemptions + b.preemptions, ...(lora ? { lora } : {}) };
 }
 
 async function onLocalServer<T>(

@@ -105,6 +105,32 @@ describe('mstar bench --serve', () => {
   });
 });
 
+describe('mstar bench --serve with rounds', () => {
+  it('alternates which side goes first, a server for each side and round, and pools the rounds', async () => {
+    const lines: string[] = [];
+    const report = await runBenchmark({
+      target: { kind: 'serve', configFile: yamlFile }, concurrency: [2], rates: [], promptLen: { min: 6, max: 6 }, outputLen: { min: 3, max: 3 },
+      requests: 4, mixes: ['base', 'one'], rounds: 3, seed: 5, roofline: false, hbmGbps: 4800, peakTflops: 989,
+    }, { status: () => {}, log: (l) => lines.push(l) });
+    // on, off | off, on | on, off: each side's rounds sit as early and as late in the run.
+    expect(lines.filter((l) => /: starting mstar/.test(l)).map((l) => l.split(':')[0])).toEqual(
+      ['lora-on', 'lora-off', 'lora-off', 'lora-on', 'lora-on', 'lora-off']);
+    for (const round of [1, 2, 3]) expect(lines.some((l) => l.startsWith(`lora-off base c=2 round ${round}/3: `))).toBe(true);
+    expect(report.cells.map((c) => [c.engine, c.mix, c.rounds, c.requests, c.failed, c.outputTokens])).toEqual([
+      ['lora-on', 'base', 3, 12, 0, 36], ['lora-on', 'one', 3, 12, 0, 36], ['lora-off', 'base', 3, 12, 0, 36],
+    ]);
+    expect(report.cells[0].roundTokS).toHaveLength(3);
+    expect(report.cells.every((c) => c.retention !== null && c.retention > 0)).toBe(true);
+    // Counters add up over a side's three servers: at least a prefill and 2 decode steps a request.
+    const [on, off] = report.engines!;
+    expect(on.engine).toBe('lora-on');
+    expect(off.engine).toBe('lora-off');
+    expect(on.steps).toBeGreaterThanOrEqual(2 * 3 * 4 / 2 * 3);
+    expect(off.steps).toBeGreaterThanOrEqual(3 * 4 / 2 * 3);
+    expect(on.lora!.loads).toBeGreaterThanOrEqual(3);  // the 'one' adapter, loaded by each round's server
+  });
+});
+
 describe('mstar bench --url', () => {
   it('finds the model and adapters from /v1/models and runs Poisson arrivals', async () => {
     const server = await startLocalServer(loadBenchConfig(yamlFile));
