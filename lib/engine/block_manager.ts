@@ -3,6 +3,7 @@
 // request with the same prefix (and the same adapter: `salt`) can take it back.
 import { createHash } from 'node:crypto';
 
+import { FreeList } from './free_list.js';
 import type { Sequence } from './sequence.js';
 
 export class BlockManager {
@@ -11,14 +12,14 @@ export class BlockManager {
   private readonly hashOf: (string | undefined)[];
   private readonly byHash = new Map<string, number>();
   /** Blocks with no references, least recently freed first (evicted first). */
-  private readonly free = new Set<number>();
+  private readonly free: FreeList;
   queries = 0;
   hits = 0;
 
   constructor(readonly numBlocks: number, readonly blockSize: number, readonly prefixCache: boolean) {
     this.refs = new Int32Array(numBlocks);
     this.hashOf = new Array(numBlocks);
-    for (let b = 0; b < numBlocks; b++) this.free.add(b);
+    this.free = new FreeList(numBlocks);
   }
 
   get freeBlocks(): number {
@@ -66,7 +67,7 @@ export class BlockManager {
     if (need <= 0) return true;
     if (need > this.free.size) return false;
     for (let i = 0; i < need; i++) {
-      const b = this.free.values().next().value as number;
+      const b = this.free.first()!;
       this.dropHash(b);
       this.take(b);
       seq.blocks.push(b);
@@ -96,14 +97,14 @@ export class BlockManager {
     // Freed in reverse so a sequence's tail blocks are evicted before its shared prefix.
     for (let i = seq.blocks.length - 1; i >= 0; i--) {
       const b = seq.blocks[i];
-      if (--this.refs[b] === 0) this.free.add(b);
+      if (--this.refs[b] === 0) this.free.push(b);
     }
     seq.blocks = [];
     seq.registeredBlocks = 0;
   }
 
   private take(b: number): void {
-    if (this.refs[b]++ === 0) this.free.delete(b);
+    if (this.refs[b]++ === 0) this.free.remove(b);
   }
 
   private dropHash(b: number): void {
