@@ -17,41 +17,26 @@ __global__ void siluMulKernel(T* out, const T* gateUp, int64_t n, int64_t inter)
 }
 
 // siluMul of row blockIdx.x, and the LoRA shrink of that row where it is made: the row's
-// gridDim.y blocks each store their share of the columns. staged: each block makes the
-// whole row into shared memory and shrinks rb rank rows from it;
-// otherwise the block shrinks rank row blockIdx.y, recomputing the values as siluMul
-// stores them.
+// gridDim.y blocks each store their share of the columns and shrink (storeAndShrinkRow:
+// staged, or by block).
 template <typename T, typename A>
 __global__ void siluMulShrinkKernel(T* __restrict__ out, const T* __restrict__ gateUp, int64_t inter, T* t, const A* a,
                                     int64_t numSlots, const int32_t* slotOfRow, int64_t rankRows, bool vec, bool staged,
                                     bool vecRow, int rb, SlotRanks sr) {
-  extern __shared__ __align__(16) unsigned char rowStage[];  // staged: the row, as stored
   const int64_t row = blockIdx.x;
   const int32_t slot = slotOfRow[row];  // loaded first: the shrink waits for it last
   const T* g = gateUp + row * 2 * inter;
   T* o = out + row * inter;
   auto silu = [](float gi, float ui) { return fromF<T>(gi / (1.0f + expf(-gi)) * ui); };
   auto act = [&](int64_t i) { return silu(toF(g[i]), toF(g[inter + i])); };
-  if (staged) {
-    T* xs = reinterpret_cast<T*>(rowStage);
-    const int64_t begin = blockIdx.y * stagedShare(inter, gridDim.y);
-    auto act8 = [&](int64_t i, T(&v)[8]) {
-      float gv[8], uv[8];
-      loadVec<T, 8>(gv, g + i);
-      loadVec<T, 8>(uv, g + inter + i);
+  auto act8 = [&](int64_t i, T(&v)[8]) {
+    float gv[8], uv[8];
+    loadVec<T, 8>(gv, g + i);
+    loadVec<T, 8>(uv, g + inter + i);
 #pragma unroll
-      for (int e = 0; e < 8; ++e) v[e] = silu(gv[e], uv[e]);
-    };
-    stageRow(xs, o, inter, begin, min(inter, begin + stagedShare(inter, gridDim.y)), vecRow, act8, act);
-    shrinkRowsByBlock(t, a, numSlots, slot, row, int64_t(blockIdx.y) * rb, rb, rankRows, inter, vec, sr,
-                      [&](int64_t i) { return toF(xs[i]); });
-    return;
-  }
-  const int64_t share = (inter + gridDim.y - 1) / gridDim.y, end = min(inter, (blockIdx.y + 1) * share);
-  for (int64_t i = blockIdx.y * share + threadIdx.x; i < end; i += blockDim.x) o[i] = act(i);
-  if (blockIdx.y < rankRows)
-    shrinkRowByBlock(t, a, numSlots, slot, row, blockIdx.y, rankRows, inter, vec, sr,
-                     [&](int64_t i) { return toF(act(i)); });
+    for (int e = 0; e < 8; ++e) v[e] = silu(gv[e], uv[e]);
+  };
+  storeAndShrinkRow(o, inter, staged, vecRow, rb, t, a, numSlots, slot, row, rankRows, vec, sr, act8, act);
 }
 
 template <typename T>

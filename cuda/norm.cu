@@ -45,15 +45,12 @@ __global__ void addRmsNormKernel(T* residual, const T* x, const W* w, T* out, in
 
 // rmsNorm of row blockIdx.x, and the LoRA shrink of the normed row where it is made: the
 // row's gridDim.y blocks each work out the row's scale (x is only read, so they need not
-// wait for each other) and store their share of the columns. staged: each block makes the
-// whole normed row into shared memory and shrinks rb rank rows from it;
-// otherwise the block shrinks rank row blockIdx.y, recomputing the normed values as
-// rmsNorm stores them.
+// wait for each other), then store their share of the columns and shrink
+// (storeAndShrinkRow: staged, or by block).
 template <typename T, typename W, typename A>
 __global__ void rmsNormShrinkKernel(T* __restrict__ out, const T* __restrict__ x, const W* w, int64_t dim, float eps,
                                     T* t, const A* a, int64_t numSlots, const int32_t* slotOfRow, int64_t rankRows,
                                     bool vec, bool staged, bool vecRow, int rb, SlotRanks sr) {
-  extern __shared__ __align__(16) unsigned char rowStage[];  // staged: the normed row, as stored
   __shared__ float partial[32];
   const int64_t row = blockIdx.x;
   const int32_t slot = slotOfRow[row];  // loaded first: the shrink waits for it last
@@ -66,26 +63,14 @@ __global__ void rmsNormShrinkKernel(T* __restrict__ out, const T* __restrict__ x
   }
   const float r = 1.0f / sqrtf(blockSum(ss, partial) / float(dim) + eps);
   auto normed = [&](int64_t i) { return fromF<T>(toF(w[i]) * (toF(xr[i]) * r)); };
-  if (staged) {
-    T* xs = reinterpret_cast<T*>(rowStage);
-    const int64_t begin = blockIdx.y * stagedShare(dim, gridDim.y);
-    auto normed8 = [&](int64_t i, T(&v)[8]) {
-      float xv[8], wv[8];
-      loadVec<T, 8>(xv, xr + i);
-      loadVec<W, 8>(wv, w + i);
+  auto normed8 = [&](int64_t i, T(&v)[8]) {
+    float xv[8], wv[8];
+    loadVec<T, 8>(xv, xr + i);
+    loadVec<W, 8>(wv, w + i);
 #pragma unroll
-      for (int e = 0; e < 8; ++e) v[e] = fromF<T>(wv[e] * (xv[e] * r));
-    };
-    stageRow(xs, o, dim, begin, min(dim, begin + stagedShare(dim, gridDim.y)), vecRow, normed8, normed);
-    shrinkRowsByBlock(t, a, numSlots, slot, row, int64_t(blockIdx.y) * rb, rb, rankRows, dim, vec, sr,
-                      [&](int64_t i) { return toF(xs[i]); });
-    return;
-  }
-  const int64_t share = (dim + gridDim.y - 1) / gridDim.y, end = min(dim, (blockIdx.y + 1) * share);
-  for (int64_t i = blockIdx.y * share + threadIdx.x; i < end; i += blockDim.x) o[i] = normed(i);
-  if (blockIdx.y < rankRows)
-    shrinkRowByBlock(t, a, numSlots, slot, row, blockIdx.y, rankRows, dim, vec, sr,
-                     [&](int64_t i) { return toF(normed(i)); });
+    for (int e = 0; e < 8; ++e) v[e] = fromF<T>(wv[e] * (xv[e] * r));
+  };
+  storeAndShrinkRow(o, dim, staged, vecRow, rb, t, a, numSlots, slot, row, rankRows, vec, sr, normed8, normed);
 }
 
 // One warp per (token, head) over the q heads then the k heads of fused qkv rows, in place.

@@ -144,6 +144,31 @@ __device__ void stageRow(T* xs, T* out, int64_t in, int64_t begin, int64_t end, 
 // A block's share of a row split between `blocks` blocks, in whole runs of 8.
 __device__ __forceinline__ int64_t stagedShare(int64_t in, int blocks) { return ((in + blocks - 1) / blocks + 7) / 8 * 8; }
 
+// The end of a producing kernel (RMSNorm, SiLU·mul) for row `row`, one of the row's
+// gridDim.y blocks: its share of the row's values into out (the row's start), and the row's
+// shrink. staged: the whole row made into shared memory, then rank rows blockIdx.y * rb ..
+// from there; else rank row blockIdx.y, recomputing the values. make1(i) gives value i as
+// the op stores it, make8(i, v) values i .. i + 7 from 16-byte loads (vecRow).
+template <typename T, typename A, typename F8, typename F1>
+__device__ __forceinline__ void storeAndShrinkRow(T* out, int64_t in, bool staged, bool vecRow, int rb, T* t, const A* a,
+                                                  int64_t numSlots, int32_t slot, int64_t row, int64_t rankRows,
+                                                  bool vec, const SlotRanks& sr, F8&& make8, F1&& make1) {
+  if (staged) {
+    extern __shared__ __align__(16) unsigned char rowStage[];
+    T* xs = reinterpret_cast<T*>(rowStage);
+    const int64_t begin = blockIdx.y * stagedShare(in, gridDim.y);
+    stageRow(xs, out, in, begin, min(in, begin + stagedShare(in, gridDim.y)), vecRow, make8, make1);
+    shrinkRowsByBlock(t, a, numSlots, slot, row, int64_t(blockIdx.y) * rb, rb, rankRows, in, vec, sr,
+                      [&](int64_t i) { return toF(xs[i]); });
+    return;
+  }
+  const int64_t share = (in + gridDim.y - 1) / gridDim.y, end = min(in, (blockIdx.y + 1) * share);
+  for (int64_t i = blockIdx.y * share + threadIdx.x; i < end; i += blockDim.x) out[i] = make1(i);
+  if (blockIdx.y < rankRows)
+    shrinkRowByBlock(t, a, numSlots, slot, row, blockIdx.y, rankRows, in, vec, sr,
+                     [&](int64_t i) { return toF(make1(i)); });
+}
+
 // Up to this many rows the producing kernels shrink where they make x, each of a row's
 // rank-row blocks recomputing what it needs of the row, and loraShrink gives each rank row
 // a block. Up to kStagedShrinkRows (decode batches) they still shrink where they make x: a
