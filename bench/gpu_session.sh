@@ -7,8 +7,9 @@
 #   bash bench/gpu_session.sh OUT_DIR [preset]
 #
 # Environment: TESTS=0 skips the test suite, NCU=0 the kernel timings; NCU_C=32 times the
-# kernels of 32-sequence decode steps instead of one; ROUNDS=2 measures each side twice, the
-# sides taking turns to go first (default 1).
+# kernels of 32-sequence decode steps instead of one; ROUNDS=N measures each side N times,
+# the sides taking turns to go first (default 2: in a single round the side that runs second
+# meets a GPU that has drifted; ROUNDS=1 halves the time).
 #
 # Needs node on PATH, the checkout's node_modules and dist/, and the addon (build/ or
 # MSTAR_PREBUILD). Writes OUT_DIR/{gpu_tests.log, bench.json, bench.svg, bench.log, kernels.csv}.
@@ -30,7 +31,7 @@ rm -rf "$model"
 node dist/lib/cli/main.js synth --preset "$preset" --out "$model" --adapters 3 --rank 16 >/dev/null
 sed -i 's/slots: 3/slots: 2/' "$model/serve.yaml"  # churn: 3 adapters over 2 slots
 MSTAR_PROFILE=1 node dist/lib/cli/main.js bench --serve "$model/serve.yaml" --concurrency 1,8,32,64 --prompt-len 128 --output-len 64 \
-  --mix base,one,churn --rounds "${ROUNDS:-1}" --roofline --prefill 4096 --json "$out/bench.json" --svg "$out/bench.svg" 2>&1 | tee "$out/bench.log" | grep -v "^lora-\(on\|off\) .* c=" | tail -40
+  --mix base,one,churn --rounds "${ROUNDS:-2}" --roofline --prefill 4096 --json "$out/bench.json" --svg "$out/bench.svg" 2>&1 | tee "$out/bench.log" | grep -v "^lora-\(on\|off\) .* c=" | tail -40
 
 if [ "${NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
   # Eager steps (graphs off), LoRA on, one adapter: 600 kernels from the middle of decoding
