@@ -75,8 +75,8 @@ void siluMulShrink(DType act, void* out, const void* gateUp, int64_t n, int64_t 
     withFloat(lora.a.dtype, [&](auto at) {
       using T = decltype(t);
       using A = decltype(at);
-      const bool vec = rowsAligned16(lora.a.data, inter, sizeof(A));
-      const bool vecRow = rowsAligned16(gateUp, inter, sizeof(T)) && rowsAligned16(out, inter, sizeof(T));
+      const bool vec = runsOf8(lora.a.data, inter, sizeof(A));
+      const bool vecRow = runsOf8(gateUp, inter, sizeof(T)) && runsOf8(out, inter, sizeof(T));
       siluMulShrinkKernel<T, A><<<grid, 256, stageBytes, stream()>>>(static_cast<T*>(out), static_cast<const T*>(gateUp), inter,
                                                                  static_cast<T*>(lora.t), static_cast<const A*>(lora.a.data),
                                                                  lora.numSlots, lora.slotOfRow, lora.rankRows, vec,

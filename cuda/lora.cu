@@ -215,7 +215,7 @@ void loraShrink(DType act, void* t, const void* x, Weights a, int64_t numSlots, 
       T* tp = static_cast<T*>(t);
       const T* xp = static_cast<const T*>(x);
       const W* ap = static_cast<const W*>(a.data);
-      const bool vecA = rowsAligned16(a.data, in, sizeof(W)), vec = vecA && rowsAligned16(x, in, sizeof(T));
+      const bool vecA = runsOf8(a.data, in, sizeof(W)), vec = vecA && runsOf8(x, in, sizeof(T));
       // Braces: with parentheses these lines would declare functions.
       if (n <= kFusedShrinkRows) {
         const dim3 grid{unsigned(n), unsigned(rankRows)};
@@ -250,7 +250,7 @@ void loraExpandAdd(DType act, void* out, const void* delta, const void* t, Weigh
     withFloat(b.dtype, [&](auto wt) {
       using T = decltype(tt);
       using W = decltype(wt);
-      const bool vec = rowsAligned16(b.data, rank, sizeof(W)) && rowsAligned16(t, rank, sizeof(T));
+      const bool vec = runsOf8(b.data, rank, sizeof(W)) && runsOf8(t, rank, sizeof(T));
       expandKernel<T, W><<<grid, kExpandThreads, 0, stream()>>>(
           static_cast<T*>(out), static_cast<const T*>(delta), static_cast<const T*>(t),
           static_cast<const W*>(b.data), numSlots, slotOfRow, sliceStarts, int(numSlices), n, outF, rank,

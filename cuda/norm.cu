@@ -141,9 +141,9 @@ void rmsNormShrink(DType act, void* out, const void* x, Weights w, int64_t rows,
         using T = decltype(t);
         using W = decltype(wt);
         using A = decltype(at);
-        const bool vec = rowsAligned16(lora.a.data, dim, sizeof(A));
-        const bool vecRow = rowsAligned16(x, dim, sizeof(T)) && rowsAligned16(out, dim, sizeof(T)) &&
-                            rowsAligned16(w.data, dim, sizeof(W));
+        const bool vec = runsOf8(lora.a.data, dim, sizeof(A));
+        const bool vecRow = runsOf8(x, dim, sizeof(T)) && runsOf8(out, dim, sizeof(T)) &&
+                            runsOf8(w.data, dim, sizeof(W));
         rmsNormShrinkKernel<T, W, A><<<grid, kThreads, stageBytes, stream()>>>(
             static_cast<T*>(out), static_cast<const T*>(x), static_cast<const W*>(w.data), dim, eps,
             static_cast<T*>(lora.t), static_cast<const A*>(lora.a.data), lora.numSlots, lora.slotOfRow, lora.rankRows,

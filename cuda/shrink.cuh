@@ -196,8 +196,12 @@ int stagedRankRows(int64_t n, int64_t rankRows);
 // Blocks a row takes in the staged layout, rb rank rows each.
 inline int64_t stagedBlocksPerRow(int64_t rankRows, int rb) { return std::max<int64_t>(1, (rankRows + rb - 1) / rb); }
 
-inline bool rowsAligned16(const void* p, int64_t in, size_t elem) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0 && (in * int64_t(elem)) % 16 == 0;
+// Whether rows of `in` elements of `elem` bytes from p can be read in runs of 8 elements
+// with 16-byte loads (the vec paths): p aligned, every row starting on a 16-byte boundary,
+// and no run crossing a row's end (in % 8 == 0: an f32 row of 4k + 4 elements would pass
+// the first two and read 4 elements past its end).
+inline bool runsOf8(const void* p, int64_t in, size_t elem) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0 && in % 8 == 0 && (in * int64_t(elem)) % 16 == 0;
 }
 
 }  // namespace mstar::gpu

@@ -19,6 +19,7 @@ describeGpu('cuda lora', () => {
         [6, 64, [16, 8, 16], 8],
         [33, 130, [40, 24, 24], 16],
         [64, 1024, [256], 64],
+        [20, 132, [24, 8], 4],  // 132 = 8k + 4: f32 rows 16-byte aligned, yet not whole runs of 8
       ];
       it.each(cases)('%i rows, in %i, slices %j, rank %i', (n, inF, widths, rank) => {
         const rng = new Rng(n + inF + rank + wd.length + act.length);
@@ -70,6 +71,8 @@ describeGpu('cuda lora', () => {
       [40, 512, [256, 128, 128], 16],
       [100, 256, [128, 64], 8],
       [48, 12800, [64, 32], 8],  // f32: a row past what a block stages (the op, then the tiled shrink)
+      [5, 132, [64], 8],  // 132 = 8k + 4: no 8-element runs (by block)
+      [40, 132, [64, 32], 8],  // the same, staged
     ];
     it.each(cases)('%i rows, in %i, slices %j, rank %i', (n, inF, widths, rank) => {
       const rng = new Rng(3 * n + inF + rank + act.length);
