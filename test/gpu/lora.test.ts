@@ -73,6 +73,7 @@ describeGpu('cuda lora', () => {
       [48, 12800, [64, 32], 8],  // f32: a row past what a block stages (the op, then the tiled shrink)
       [5, 132, [64], 8],  // 132 = 8k + 4: no 8-element runs (by block)
       [40, 132, [64, 32], 8],  // the same, staged
+      [40, 12288, [64], 8],  // f32: 48 KiB, a row the staged kernels' shared memory cannot hold with their own arrays
     ];
     it.each(cases)('%i rows, in %i, slices %j, rank %i', (n, inF, widths, rank) => {
       const rng = new Rng(3 * n + inF + rank + act.length);
