@@ -1,6 +1,7 @@
 #include "file_read.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 
 #include "gpu.h"
 #include "tensor.h"
+#include "js_int.h"
 
 namespace mstar {
 namespace {
@@ -33,6 +35,17 @@ void preadAll(int fd, char* dst, size_t n, off_t offset, const std::string& path
   }
 }
 
+// Throws before anything is read when the file ends before fileOffset + bytes: a read that
+// failed halfway would leave dst half written (a refused call changes nothing).
+void checkFileHolds(int fd, const std::string& path, int64_t fileOffset, int64_t bytes) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) throw std::runtime_error(path + ": cannot stat: " + std::strerror(errno));
+  if (int64_t(st.st_size) < fileOffset || int64_t(st.st_size) - fileOffset < bytes)
+    throw std::runtime_error(path + ": unexpected end of file: bytes [" + std::to_string(fileOffset) + ", " +
+                             std::to_string(fileOffset + bytes) + ") were asked for, the file has " +
+                             std::to_string(int64_t(st.st_size)) + " (truncated?)");
+}
+
 }  // namespace
 
 namespace {
@@ -52,19 +65,25 @@ struct ReadArgs {
 
 ReadArgs parseRead(const Napi::CallbackInfo& info, const char* op) {
   Napi::Env env = info.Env();
-  std::string name = std::string(op) + ": dst";
-  Tensor& dst = Tensor::From(info[0], name.c_str());
-  int64_t dstOffset = info[1].As<Napi::Number>().Int64Value();
-  std::string path = info[2].ToString().Utf8Value();
-  int64_t fileOffset = info[3].As<Napi::Number>().Int64Value();
+  const std::string o(op);
+  // Every argument that can run JS (a toString, a getter) is read before dst is unwrapped:
+  // such code could dispose dst under us.
+  if (!info[2].IsString()) throw Napi::TypeError::New(env, o + ": path must be a string");
+  if (!info[4].IsString()) throw Napi::TypeError::New(env, o + ": dtype must be a string");
+  std::string path = info[2].As<Napi::String>().Utf8Value();
   DType src;
   try {
-    src = parseDType(info[4].ToString().Utf8Value());
+    src = parseDType(info[4].As<Napi::String>().Utf8Value());
   } catch (const std::invalid_argument& e) {
-    throw Napi::TypeError::New(env, std::string(op) + ": " + e.what());
+    throw Napi::TypeError::New(env, o + ": " + e.what());
   }
-  int64_t count = info[5].As<Napi::Number>().Int64Value();
-  if (dstOffset < 0 || count < 0 || dstOffset + count > dst.numel())
+  const int64_t dstOffset = safeInteger(info[1], o + ": dstOffset");
+  const int64_t fileOffset = safeInteger(info[3], o + ": fileOffset");
+  const int64_t count = safeInteger(info[5], o + ": count");
+  if (fileOffset < 0) throw Napi::RangeError::New(env, o + ": fileOffset must be >= 0");
+  std::string name = o + ": dst";
+  Tensor& dst = Tensor::From(info[0], name.c_str());
+  if (dstOffset < 0 || count < 0 || dstOffset > dst.numel() || count > dst.numel() - dstOffset)
     throw Napi::RangeError::New(env, std::string(op) + ": elements [" + std::to_string(dstOffset) + ", " +
                                          std::to_string(dstOffset + count) + ") do not fit in " + dst.describe());
   if (isFloat(src) != isFloat(dst.dtype()) || (!isFloat(src) && src != dst.dtype()))
@@ -121,6 +140,7 @@ class ReadWorker : public Napi::AsyncWorker {
     Fd fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
     if (fd.fd < 0) return SetError(path_ + ": cannot open: " + std::strerror(errno));
     try {
+      checkFileHolds(fd.fd, path_, fileOffset_, count_ * int64_t(dtypeSize(src_)));
       readToHost(out_, dstType_, fd.fd, path_, fileOffset_, src_, count_, scale_);
     } catch (const std::runtime_error& e) {
       SetError(e.what());
@@ -170,6 +190,7 @@ Napi::Value ReadInto(const Napi::CallbackInfo& info) {
   // Convert through a bounded staging buffer so huge tensors need no second full copy.
   const size_t chunk = (size_t(8) << 20) / std::max(srcSize, dstSize);
   try {
+    checkFileHolds(fd.fd, path, fileOffset, count * int64_t(srcSize));
     if (dst.device() == Device::CUDA) {
       // Read (and convert) into one pinned buffer while the other is copied to the device.
       gpu::Uploader up(std::min<size_t>(chunk, size_t(count)) * dstSize);

@@ -76,9 +76,10 @@ Napi::Value RmsNormShrink(const Napi::CallbackInfo& info) {
   Tensor* ranks = a.optionalTensor(7, "slotRanks");
   bool cuda = a.oneDevice();
   DType act = expectRmsNorm(a, out, x, w);
+  const int64_t dim = w.dim(0), rows = x.numel() / dim;
+  a.expectShape(out, {rows, dim}, "out");  // the rows and dim both backends use
   expectShrink(a, t, out, "out", la, slots);
   const gpu::SlotRanks sr = shrinkRanks(a, ranks, la);
-  const int64_t rows = out.dim(0), dim = w.dim(0);
   if (cuda) {
     a.run([&] {
       gpu::rmsNormShrink(act, out.data(), x.data(), a.weights(w), rows, dim, eps,

@@ -1,4 +1,5 @@
 #include "tensor.h"
+#include "js_int.h"
 
 #include <cstring>
 #include <sstream>
@@ -127,11 +128,13 @@ Napi::Value Tensor::View(const Napi::CallbackInfo& info) {
   int inferred = -1;
   int64_t known = 1;
   for (uint32_t i = 0; i < a.Length(); ++i) {
-    int64_t d = int64_t(a.Get(i).As<Napi::Number>().DoubleValue());
+    int64_t d = safeInteger(a.Get(i), "view: shape[" + std::to_string(i) + "]");
     if (d == -1 && inferred < 0) { inferred = int(i); continue; }
     if (d < 0) throw Napi::RangeError::New(env, "view(shape): sizes must be >= 0 (one may be -1)");
     shape[i] = d;
-    known *= d;
+    if (__builtin_mul_overflow(known, d, &known))  // a wrapped product could pass the count check below
+      throw Napi::RangeError::New(env, "view: " + describe() + " has " + std::to_string(numel()) +
+                                           " elements, far fewer than the new shape's");
   }
   if (inferred >= 0) {
     if (known == 0 || numel() % known != 0)
@@ -149,9 +152,9 @@ Napi::Value Tensor::Narrow(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   requireLive(env);
   if (shape_.empty()) throw Napi::RangeError::New(env, "narrow: a 0-d tensor has no rows");
-  int64_t start = info[0].As<Napi::Number>().Int64Value();
-  int64_t len = info[1].As<Napi::Number>().Int64Value();
-  if (start < 0 || len < 0 || start + len > shape_[0])
+  int64_t start = safeInteger(info[0], "narrow: start");
+  int64_t len = safeInteger(info[1], "narrow: length");
+  if (start < 0 || len < 0 || start > shape_[0] || len > shape_[0] - start)
     throw Napi::RangeError::New(env, "narrow(" + std::to_string(start) + ", " + std::to_string(len) +
                                          ") is outside the " + std::to_string(shape_[0]) + " rows of " + describe());
   std::vector<int64_t> shape = shape_;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gpu.h"
+#include "js_int.h"
 #include "tensor.h"
 
 namespace mstar {
@@ -18,36 +19,44 @@ namespace {
   throw Napi::Error::New(env, "upload: region " + std::to_string(i) + ": " + msg);
 }
 
-// {dst, src?, row?, col?} checked and turned into a region (and dst's device); throws
-// before anything is copied.
-gpu::UploadRegion region(Napi::Env env, const Napi::Value& v, size_t i, Device* device) {
+// One region's fields as JS values, read first for every region: reading them may run JS
+// (a getter) that could dispose a tensor already unwrapped.
+struct RegionFields {
+  Napi::Value dst, src, row, col;
+};
+
+RegionFields fields(Napi::Env env, const Napi::Value& v, size_t i) {
   if (!v.IsObject()) fail(env, i, "must be an object {dst, src?, row?, col?}");
   Napi::Object o = v.As<Napi::Object>();
-  auto tensor = [&](const char* key) -> Tensor* {
-    Napi::Value t = o.Get(key);
+  return {o.Get("dst"), o.Get("src"), o.Get("row"), o.Get("col")};
+}
+
+// A region's fields checked and turned into a region (and dst's device); runs no JS, and
+// throws before anything is copied.
+gpu::UploadRegion region(Napi::Env env, const RegionFields& f, size_t i, Device* device) {
+  auto tensor = [&](const Napi::Value& t, const char* key) -> Tensor* {
     if (t.IsUndefined() || t.IsNull()) return nullptr;
     if (!Tensor::Is(t)) fail(env, i, std::string(key) + " must be a Tensor");
     Tensor* x = Tensor::Unwrap(t.As<Napi::Object>());
     if (x->disposed()) fail(env, i, std::string(key) + " is a disposed Tensor");
     return x;
   };
-  auto offset = [&](const char* key) -> int64_t {
-    Napi::Value n = o.Get(key);
+  auto offset = [&](const Napi::Value& n, const char* key) -> int64_t {
     if (n.IsUndefined()) return 0;
-    double d = n.IsNumber() ? n.As<Napi::Number>().DoubleValue() : -1;
-    if (d < 0 || d != double(int64_t(d))) fail(env, i, std::string(key) + " must be an integer >= 0");
-    return int64_t(d);
+    const int64_t d = safeInteger(n, "upload: region " + std::to_string(i) + ": " + key);
+    if (d < 0) fail(env, i, std::string(key) + " must be an integer >= 0");
+    return d;
   };
-  Tensor* dst = tensor("dst");
+  Tensor* dst = tensor(f.dst, "dst");
   if (!dst) fail(env, i, "dst is missing");
   *device = dst->device();
-  Tensor* src = tensor("src");
+  Tensor* src = tensor(f.src, "src");
   const size_t elem = dtypeSize(dst->dtype());
   if (!src) return {dst->data(), dst->bytes(), nullptr, 1, size_t(dst->numel()), elem};
   if (src->device() != Device::CPU) fail(env, i, "src must be a cpu tensor, got a " + src->describe() + " on cuda");
   if (dst->rank() != 2 || src->rank() != 2) fail(env, i, "dst " + dst->describe() + " and src " + src->describe() + " must be 2-D");
   if (dst->dtype() != src->dtype()) fail(env, i, "src " + src->describe() + " must have dst's dtype (" + dst->describe() + ")");
-  const int64_t row = offset("row"), col = offset("col");
+  const int64_t row = offset(f.row, "row"), col = offset(f.col, "col");
   if (row + src->dim(0) > dst->dim(0) || col + src->dim(1) > dst->dim(1))
     fail(env, i, "src " + src->describe() + " at (" + std::to_string(row) + ", " + std::to_string(col) +
                      ") does not fit in dst " + dst->describe());
@@ -60,11 +69,13 @@ Napi::Value Upload(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!info[0].IsArray()) throw Napi::TypeError::New(env, "upload: regions must be an array");
   Napi::Array list = info[0].As<Napi::Array>();
+  std::vector<RegionFields> all;
+  for (uint32_t i = 0; i < list.Length(); ++i) all.push_back(fields(env, list.Get(i), i));
   std::vector<gpu::UploadRegion> regions;
   bool cuda = false;
-  for (uint32_t i = 0; i < list.Length(); ++i) {
+  for (size_t i = 0; i < all.size(); ++i) {
     Device device;
-    regions.push_back(region(env, list.Get(i), i, &device));
+    regions.push_back(region(env, all[i], i, &device));
     if (i == 0) cuda = device == Device::CUDA;
     else if (cuda != (device == Device::CUDA)) fail(env, i, "dst is on another device than region 0's");
   }

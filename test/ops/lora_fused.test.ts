@@ -51,6 +51,11 @@ describe('rmsNormShrink and siluMulShrink', () => {
     expectOpError(norm({ slots: [0, 1, 4, 0, 0] }), /^rmsNormShrink: slotOfRow\[2\] = 4 is not one of the 4 slots/);
     expectOpError(norm({ t: addon.zeros('f32', [n, 2]) }), /^rmsNormShrink: t must be \[5, 9\]/);
     expectOpError(norm({ a: f32([numSlots, 3 * rank, 5], new Float32Array(numSlots * 3 * rank * 5)) }), /^rmsNormShrink: a .* does not match out/);
+    // out with x's element count but another row width: the kernels would have run x's rows at w's width into it.
+    const wide = addon.zeros('f32', [2 * n, dim]), narrowOut = wide.narrow(0, n).view([2 * n, dim / 2]);
+    expectOpError(() => addon.rmsNormShrink(narrowOut, f32([n, dim], d.x), f32([dim], d.w), 1e-6, t, a, i32([n], slots)),
+      new RegExp(`^rmsNormShrink: out must be \\[${n}, ${dim}\\]`));
+    expect(floats(wide).every((v) => v === 0)).toBe(true);
     const silu = (o: { slots?: number[]; t?: T }) => () =>
       addon.siluMulShrink(out, f32([n, 2 * dim], d.gateUp), o.t ?? t, a, i32([n], o.slots ?? slots));
     expectOpError(silu({ slots: [0, 0, 0, -2, 0] }), /^siluMulShrink: slotOfRow\[3\] = -2 is not one of the 4 slots/);

@@ -76,6 +76,19 @@ describe('view and narrow', () => {
     const t = addon.zeros('f32', [4, 2]);
     expectOpError(() => t.narrow(3, 2), /^narrow\(3, 2\) is outside the 4 rows of f32\[4, 2\]/);
     expectOpError(() => t.narrow(-1, 1), /^narrow\(-1, 1\) is outside/);
+    // Sizes a double cannot hold exactly, which once wrapped past the bounds check.
+    expectOpError(() => t.narrow(1e19, 1), /^narrow: start must be an integer of at most 2\^53 - 1/);
+    expectOpError(() => t.narrow(2 ** 52, 2 ** 52), /^narrow\(4503599627370496, 4503599627370496\) is outside/);
+    expectOpError(() => t.narrow(1.5, 1), /^narrow: start must be an integer/);
+    expectOpError(() => t.narrow('1' as never, 1), /^narrow: start must be a number/);
+  });
+
+  it('view refuses shapes whose element count wraps, or is not a number', () => {
+    const t = addon.zeros('f32', [4096]);
+    expectOpError(() => t.view([2 ** 52, 2 ** 12]), /^view: f32\[4096\] has 4096 elements, far fewer than the new shape's/);
+    expectOpError(() => t.view([2 ** 62 + 1024, 4]), /^view: shape\[0\] must be an integer of at most 2\^53 - 1/);
+    expectOpError(() => t.view(['x' as never]), /^view: shape\[0\] must be a number/);
+    expect(addon.zeros('f32', [0]).view([5, 0]).shape).toEqual([5, 0]);
   });
 });
 
@@ -177,6 +190,22 @@ describe('readInto', () => {
   it('names the path of a read past the end of the file', () => {
     expectOpError(() => addon.readInto(addon.zeros('f32', [14]), 0, path, F32_AT, 'f32', 14), new RegExp(`^${literal(path)}: unexpected end of file`));
     expectOpError(() => addon.readInto(addon.zeros('f32', [10]), 0, path, 10_000, 'bf16', 1), new RegExp(`^${literal(path)}: unexpected end of file`));
+  });
+
+  it('refuses a read the file cannot complete before writing anything', () => {
+    const t = addon.fromArray('f32', [14], new Float32Array(14).fill(-3));
+    expectOpError(() => addon.readInto(t, 0, path, F32_AT, 'f32', 14), new RegExp(`^${literal(path)}: unexpected end of file: bytes \\[`));
+    expectSame(floats(t), new Float32Array(14).fill(-3));
+  });
+
+  it('refuses offsets and counts a double cannot hold exactly, and non-string paths', () => {
+    const t = addon.zeros('f32', [2, 16]), row = t.narrow(1, 1).view([16]);
+    expectOpError(() => addon.readInto(row, 1e19, path, 0, 'f32', 1), /^readInto: dstOffset must be an integer of at most 2\^53 - 1/);
+    expectOpError(() => addon.readInto(row, 0, path, 0, 'f32', 1e19), /^readInto: count must be an integer/);
+    expectOpError(() => addon.readInto(row, 2 ** 52, path, 0, 'f32', 2 ** 52), /^readInto: elements \[4503599627370496, /);
+    // A path object's toString could dispose dst while the binding holds it: only strings are taken.
+    expectOpError(() => addon.readInto(row, 0, { toString: () => path } as never, 0, 'f32', 1), /^readInto: path must be a string/);
+    expect(floats(t).every((v) => v === 0)).toBe(true);
   });
 
   it('rejects ranges past the tensor and dtype mismatches', () => {
