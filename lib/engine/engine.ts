@@ -89,10 +89,14 @@ export class Engine {
     return this.runner.graphStats();
   }
 
-  /** Frees the graphs and the KV cache (printing MSTAR_PROFILE's summary); no step may follow. */
+  /** Frees the graphs, the KV cache and the adapter pool (printing MSTAR_PROFILE's summary); no step may follow. */
   close(): void {
     this.runner.close();
     this.runner.kv.dispose();
+    if (this.lora) {
+      if (this.model.lora === this.lora.weights) this.model.lora = undefined;  // a later engine on the model makes its own
+      this.lora.dispose();
+    }
   }
 
   /** Queues a request; throws EngineError (changing nothing) if it can never run. */
@@ -110,10 +114,11 @@ export class Engine {
     if (this.blocks.blocksFor(total) > this.limits.numBlocks) {
       fail(`needs ${this.blocks.blocksFor(total)} KV blocks but the cache has only ${this.limits.numBlocks}`);
     }
+    if (params.seed !== null && !Number.isSafeInteger(params.seed)) fail(`seed ${params.seed} is not an integer`);
     if (req.adapter !== undefined && !this.lora) fail(`names adapter ${req.adapter} but LoRA is not enabled`);
-    const adapterKey = req.adapter === undefined ? null : this.lora!.retain(req.adapter) ?? fail(`unknown adapter ${req.adapter}`);
+    // Everything that can throw comes before the adapter is retained: a refused request holds nothing.
     const seq = new Sequence(req.id, [...promptIds], params, Date.now());
-    seq.adapterKey = adapterKey;
+    seq.adapterKey = req.adapter === undefined ? null : this.lora!.retain(req.adapter) ?? fail(`unknown adapter ${req.adapter}`);
     this.seqs.set(req.id, seq);
     this.scheduler.add(seq);
   }
@@ -133,6 +138,7 @@ export class Engine {
   step(): RequestOutput[] {
     if (this.lora) this.takeTurns(this.lora);
     const batch = this.scheduler.schedule();
+    this.lora?.settle();
     const outputs: RequestOutput[] = this.endUnreadable();
     if (batch.length === 0) return outputs;
     const sampled = this.runner.run(batch);

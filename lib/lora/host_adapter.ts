@@ -21,8 +21,20 @@ export interface HostModule {
   b: Tensor;
 }
 
+/**
+ * Promise.all that waits for every read to end before it rejects: a read still running
+ * after the failure was handled would allocate into a list already disposed.
+ */
+async function allSettled<T>(work: Promise<T>[]): Promise<T[]> {
+  const done = await Promise.allSettled(work);
+  const failed = done.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (failed) throw failed.reason;
+  return done.map((r) => (r as PromiseFulfilledResult<T>).value);
+}
+
 export class HostAdapter {
   private constructor(readonly adapter: Adapter, readonly modules: HostModule[]) {}
+
 
   /** Reads every A and B; checks PEFT's saved base copies against the served base weights. */
   static async read(adapter: Adapter, base: Weights, placement: Placement): Promise<HostAdapter> {
@@ -46,7 +58,7 @@ export class HostAdapter {
       return t;
     };
     try {
-      const copies = await Promise.all(adapter.baseCopies.map((c) => read(c.entry, DTYPE[c.entry.dtype], false)));
+      const copies = await allSettled(adapter.baseCopies.map((c) => read(c.entry, DTYPE[c.entry.dtype], false)));
       adapter.baseCopies.forEach((copy, i) => {
         const t = copies[i];
         const w = base.get(copy.engine)!;
@@ -57,7 +69,7 @@ export class HostAdapter {
           throw new AdapterError(`adapter ${adapter.name}: ${copy.entry.file}: ${copy.entry.key} is a full copy of ${copy.engine} that differs from the base model's; adapters that retrain ${copy.engine} are not supported`);
         }
       });
-      const modules = await Promise.all(adapter.modules.map(async (m) => ({
+      const modules = await allSettled(adapter.modules.map(async (m) => ({
         module: m,
         a: m.embedding ? await transposed(m.a) : await read(m.a, act, true),
         b: await read(m.b, act, true, m.scale),

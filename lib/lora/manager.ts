@@ -66,6 +66,15 @@ export class LoraManager {
     this.weights = new SlotWeights(model.config, options.slots + 1, options.maxRank, this.limits.targets, model.placement);
   }
 
+  /** Frees the slots and the host copies (the engine closes); reads still in flight dispose what they bring. */
+  dispose(): void {
+    this.weights.dispose();
+    for (const h of this.host.values()) h.dispose();
+    this.host.clear();
+    this.byKey.clear();
+    this.byName.clear();
+  }
+
   /** Reads and checks an adapter (the tensor bytes on libuv threads); on any error nothing changes. */
   async register(name: string, path: string): Promise<void> {
     const taken = () => new AdapterError(`adapter ${name} is already loaded (from ${this.byName.get(name)!.path})`);
@@ -150,6 +159,11 @@ export class LoraManager {
   /** Called once per engine step, before scheduling. */
   tick(): void {
     this.step++;
+  }
+
+  /** Called once per engine step, after scheduling: slots now running their adapter keep no reservation. */
+  settle(): void {
+    this.table.settle();
   }
 
   /**

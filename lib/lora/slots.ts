@@ -3,8 +3,9 @@
 // adapter. When every slot is pinned, slots take turns (time slices): once an adapter has
 // held its slot for a slice, a waiting adapter may take it over; the engine pauses the
 // requests on it (their KV stays) and they resume at their adapter's next turn. A slot
-// handed over is kept for its new adapter until its requests pin it. So nobody waits
-// longer than a few slices, and the batch never empties to hand a slot over.
+// handed over is kept for its new adapter until its requests run in a step (a pin whose
+// request then found no KV blocks does not count). So nobody waits longer than a few
+// slices, and the batch never empties to hand a slot over.
 
 export interface SlotState {
   adapter: string | null;
@@ -62,7 +63,16 @@ export class SlotTable {
     if (i === undefined) return;
     const s = this.slots[i];
     if (s.pins > 0) throw new Error(`slot ${i} still has ${s.pins} request(s) on ${adapter}`);
-    Object.assign(s, { adapter: null });
+    Object.assign(s, { adapter: null, reservedUntil: 0 });  // a reservation for an adapter gone keeps nothing
+  }
+
+  /**
+   * After a step's scheduling: the slots its requests pinned have their adapter running, so
+   * their hand-over reservations are over. (A pin alone does not end one: a request that
+   * pinned the slot and then found no KV blocks gave the pin back.)
+   */
+  settle(): void {
+    for (const s of this.slots) if (s.pins > 0) s.reservedUntil = 0;
   }
 
   /**
@@ -109,7 +119,6 @@ export class SlotTable {
     if (s.pins === 0) s.since = step;
     s.pins++;
     s.lastUsed = ++this.clock;
-    s.reservedUntil = 0;
   }
 
   /** An empty slot, else the least recently used unpinned one that is not kept for its adapter. */

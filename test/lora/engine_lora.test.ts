@@ -127,6 +127,27 @@ describe('LoRA in the engine', () => {
     for (let i = 0; i < 4; i++) expect(out.get(`qv${i}`)).toEqual(await alone(ps[i], 'qv', 8));
   });
 
+  it('a hand-over whose copy fails ends only the waiter, and the paused requests take the slot back at once', async () => {
+    const e = await withAdapters(engine({ lora: { ...lora(1).lora, sliceSteps: 8 } }));
+    const w = e.lora!.weights, load = w.load.bind(w);
+    w.load = (slot, h) => {
+      if (h.adapter.name === 'emb') throw new Error('simulated copy failure');
+      load(slot, h);
+    };
+    e.add({ id: 'qv', promptIds: ps[0], params: greedy(30), adapter: 'qv' });
+    e.step();
+    e.add({ id: 'emb', promptIds: ps[1], params: greedy(4), adapter: 'emb' });
+    let idle = 0, embError: string | undefined;
+    while (e.hasWork()) {
+      const outs = e.step();
+      embError ??= outs.find((o) => o.id === 'emb')?.error;
+      if (outs.length === 0) idle++;  // a step in which nothing could run
+    }
+    expect(embError).toMatch(/could not be copied into slot 1: simulated copy failure/);
+    expect(idle).toBe(0);  // the emptied slot was not kept for the failed adapter
+    expect(e.stats().kvBlocksUsed).toBe(0);
+  });
+
   it('paused requests give up their KV when blocks run out, so the waiter runs (no deadlock)', async () => {
     // 8 blocks of 16: three 30-token qv prompts hold 6; a 40-token emb prompt needs 3 more.
     const e = await withAdapters(engine({ numBlocks: 8, lora: { ...lora(1).lora, sliceSteps: 1 } }));
@@ -261,6 +282,28 @@ describe('refused adapters change nothing', () => {
       expect(out.get('run')!.tokens).toEqual((await alone(ps[1], 'qv', 4)).slice(1));
     });
   }
+});
+
+describe('closing', () => {
+  it('frees the adapter pool and unhooks it from the model, so a later engine on the model starts clean', async () => {
+    const e = await withAdapters(engine(lora(1)));
+    const target = [...e.lora!.weights.targets.values()][0];
+    e.close();
+    expect(e.model.lora).toBeUndefined();
+    expect([target.a.disposed, target.b.disposed]).toEqual([true, true]);
+    expect(e.lora!.list()).toEqual([]);
+  });
+});
+
+describe('a refused request holds nothing', () => {
+  it('a seed that is not an integer is refused before its adapter is retained: unloading forgets the adapter', async () => {
+    const e = await withAdapters(engine(lora(1)));
+    expect(() => e.add({ id: 'x', promptIds: ps[0], params: greedy(3, { seed: 1.5 }), adapter: 'qv' })).toThrow(/request x: seed 1.5 is not an integer/);
+    expect(e.unloadAdapter('qv')).toBe(true);
+    expect(e.lora!.list().map((a) => a.name)).toEqual(['mlp', 'emb']);
+    expect(e.lora!.stats().registered).toBe(2);
+    expect(e.lora!.keyOf('qv')).toBeUndefined();
+  });
 });
 
 describe('an adapter whose files go away', () => {

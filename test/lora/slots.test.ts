@@ -38,6 +38,30 @@ describe('SlotTable', () => {
     expect([t.slotOf('c'), t.slotOf('a'), t.evictions]).toEqual([1, undefined, 1]);
   });
 
+  it('a handed-over slot stays kept while its adapter\'s pins are given back unrun, until one runs (settle)', () => {
+    const t = new SlotTable(1);
+    t.acquire('a', 0);
+    t.release(1);
+    t.replace(1, 'b', 5, 4);
+    expect(t.acquire('b', 5)).toEqual({ slot: 1, load: false });
+    t.release(1);  // b's request found no KV blocks: the pin went back within the step
+    t.settle();
+    expect(t.acquire('a', 6)).toBeNull();  // still kept for b
+    expect(t.acquire('b', 6)).toEqual({ slot: 1, load: false });
+    t.settle();  // b's request ran this step: the reservation is over
+    t.release(1);
+    expect(t.acquire('a', 7)).toEqual({ slot: 1, load: true });
+  });
+
+  it('an adapter dropped from a kept slot leaves it free at once', () => {
+    const t = new SlotTable(1);
+    t.acquire('a', 0);
+    t.release(1);
+    t.replace(1, 'b', 5, 4);
+    t.drop('b');  // its copy failed, or it was unloaded
+    expect(t.acquire('c', 6)).toEqual({ slot: 1, load: true });
+  });
+
   it('a slot handed over but never claimed is free again after a slice', () => {
     const t = new SlotTable(1);
     t.acquire('a', 0);
