@@ -25,13 +25,14 @@ export function openCheckpoint(dir: string): Checkpoint {
   if (!existsSync(dir) || !statSync(dir).isDirectory()) {
     throw new CheckpointError('checkpoint folder does not exist or is not a folder', { file: dir });
   }
-  const indexPath = join(dir, INDEX_FILE);
-  if (existsSync(indexPath)) return fromIndex(dir, indexPath);
+  // The single file first, as transformers looks (a leftover index beside it is not read).
   const singlePath = join(dir, SINGLE_FILE);
   if (existsSync(singlePath)) {
     const file = openSafetensors(singlePath);
     return makeCheckpoint(dir, singlePath, [file], new Map(file.tensors));
   }
+  const indexPath = join(dir, INDEX_FILE);
+  if (existsSync(indexPath)) return fromIndex(dir, indexPath);
   const pickled = PICKLED_FILES.find((f) => existsSync(join(dir, f)));
   if (pickled !== undefined) {
     throw new CheckpointError(

@@ -49,11 +49,16 @@ export function openSafetensors(path: string): SafetensorsFile {
   }
 }
 
-function readExactly(fd: number, length: number, position: number): Buffer {
+function readExactly(fd: number, length: number, position: number, path: string): Buffer {
   const buf = Buffer.alloc(length);
   let done = 0;
   while (done < length) {
-    const n = readSync(fd, buf, done, length - done, position + done);
+    let n: number;
+    try {
+      n = readSync(fd, buf, done, length - done, position + done);
+    } catch (e) {
+      throw new CheckpointError(`cannot read safetensors file: ${(e as Error).message}`, { file: path });
+    }
     if (n === 0) break;
     done += n;
   }
@@ -65,7 +70,7 @@ function readHeaderLength(fd: number, path: string, fileSize: number): number {
     throw new CheckpointError(
       `file has only ${fileSize} bytes, too small for a safetensors header (at least 8 bytes)`, { file: path });
   }
-  const n = readExactly(fd, 8, 0).readBigUInt64LE(0);
+  const n = readExactly(fd, 8, 0, path).readBigUInt64LE(0);
   if (n > BigInt(fileSize - 8)) {
     throw new CheckpointError(
       `header length ${n} runs past the end of the file (${fileSize} bytes, so at most ${fileSize - 8}); ` +
@@ -78,7 +83,7 @@ function readHeaderLength(fd: number, path: string, fileSize: number): number {
 }
 
 function readHeaderJson(fd: number, path: string, headerLength: number): Record<string, unknown> {
-  const text = readExactly(fd, headerLength, 8).toString('utf8');
+  const text = readExactly(fd, headerLength, 8, path).toString('utf8');
   let parsed: unknown;
   try {
     parsed = JSON.parse(text);
@@ -160,16 +165,28 @@ function parseEntry(path: string, fileSize: number, dataStart: number, key: stri
   return { file: path, key, dtype, shape: dims, offset: dataStart + begin, nbytes };
 }
 
+/**
+ * The tensors' bytes neither overlap nor leave gaps: safetensors writes them back to back
+ * from the start of the data (the reference reader refuses a gap). A gap is also what a key
+ * written twice in the header leaves, JSON.parse keeping only its last entry.
+ */
 function checkNoOverlap(path: string, dataStart: number, entries: TensorEntry[]): void {
   // Empty tensors occupy no bytes, so they cannot overlap anything.
   const sorted = entries.filter((e) => e.nbytes > 0).sort((a, b) => a.offset - b.offset);
-  for (let i = 1; i < sorted.length; i++) {
-    const prev = sorted[i - 1];
+  const range = (e: TensorEntry): string => `[${e.offset - dataStart}, ${e.offset - dataStart + e.nbytes})`;
+  let end = dataStart;
+  for (let i = 0; i < sorted.length; i++) {
     const cur = sorted[i];
-    if (cur.offset < prev.offset + prev.nbytes) {
-      const range = (e: TensorEntry): string => `[${e.offset - dataStart}, ${e.offset - dataStart + e.nbytes})`;
+    if (i > 0 && cur.offset < end) {
+      const prev = sorted[i - 1];
       throw new CheckpointError(
         `tensors "${prev.key}" ${range(prev)} and "${cur.key}" ${range(cur)} overlap`, { file: path, key: cur.key });
     }
+    if (cur.offset > end) {
+      throw new CheckpointError(
+        `no tensor holds data bytes [${end - dataStart}, ${cur.offset - dataStart}) before "${cur.key}" ${range(cur)} ` +
+        '(safetensors data has no gaps; is a key written twice in the header?)', { file: path, key: cur.key });
+    }
+    end = cur.offset + cur.nbytes;
   }
 }

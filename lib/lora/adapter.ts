@@ -85,17 +85,23 @@ export function readAdapter(name: string, dir: string, model: ModelConfig, limit
       continue;
     }
     const [, path, part] = m;
-    const p = pairs.get(path) ?? { embedding: part.startsWith('lora_embedding') };
+    const embedding = part.startsWith('lora_embedding');
+    const p = pairs.get(path) ?? { embedding };
+    if (p.embedding !== embedding) fail(key, `mixes lora_embedding_* and lora_A / lora_B tensors for one module`);
     if (part.includes('_A')) p.a = entry;
     else p.b = entry;
     pairs.set(path, p);
   }
 
   const modules: AdapterModule[] = [];
+  const seen = new Map<string, string>();  // engine module -> the key that named it first
   for (const [path, p] of pairs) {
     const key = path;  // as written in the file, prefix included
     const loc = locateModule(model, model.family, path);
     if (!loc) fail(key, `the ${model.family} model has no module ${path.slice(PREFIX.length)}`);
+    const first = seen.get(loc!.hf);
+    if (first !== undefined) fail(key, `names module ${loc!.hf} again (already as ${first})`);
+    seen.set(loc!.hf, key);
     if (!limits.targets.has(moduleName(loc!.hf))) {
       fail(key, `target ${moduleName(loc!.hf)} is not enabled in resources.lora.targets (${[...limits.targets].join(', ')})`);
     }
@@ -150,5 +156,6 @@ function baseCopy(key: string, entry: TensorEntry, model: ModelConfig, fail: (k:
   if (!loc || !['embed', 'lm_head'].includes(loc.engine)) {
     fail(key, 'is neither a LoRA weight nor a saved copy of embed_tokens / lm_head');
   }
+  if (!['BF16', 'F16', 'F32'].includes(entry.dtype)) fail(key, `dtype ${entry.dtype} is not bf16, f16 or f32`);
   return { engine: loc!.engine, entry };
 }

@@ -30,6 +30,9 @@ export function readPeftConfig(dir: string): PeftConfig {
   } catch (e) {
     throw new AdapterError(`${file}: not valid JSON (${(e as Error).message})`);
   }
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
+    throw new AdapterError(`${file}: must hold a JSON object (PEFT's LoraConfig), got ${JSON.stringify(raw)}`);
+  }
   const bad = (key: string, what: string): never => {
     throw new AdapterError(`${file}: ${key} ${what}, got ${JSON.stringify(raw[key])}`);
   };
@@ -37,6 +40,19 @@ export function readPeftConfig(dir: string): PeftConfig {
   if (peftType !== 'LORA') throw new AdapterError(`${file}: peft_type ${JSON.stringify(peftType)} is not supported (only LORA adapters are)`);
   if (raw.use_dora === true) throw new AdapterError(`${file}: use_dora is true — DoRA adapters are not supported`);
   if (raw.bias !== undefined && raw.bias !== 'none') bad('bias', `must be "none" (LoRA bias terms are not supported)`);
+  // Variants whose deltas are not B·A added to the served base weights: refused, not served as plain LoRA.
+  const alora = raw.alora_invocation_tokens;
+  if (alora !== undefined && alora !== null && !(Array.isArray(alora) && alora.length === 0)) {
+    bad('alora_invocation_tokens', 'is set: activated LoRA (applied only after its invocation tokens) is not supported');
+  }
+  if (raw.layer_replication !== undefined && raw.layer_replication !== null) {
+    bad('layer_replication', 'is set: adapters on replicated base layers are not supported');
+  }
+  const init = raw.init_lora_weights;
+  if (typeof init === 'string' && /^(pissa|olora|corda|loftq)/.test(init)) {
+    bad('init_lora_weights', 'names an initialisation that changes the base weights (PiSSA, OLoRA, CorDA, LoftQ): ' +
+      'such an adapter needs its modified base; save it converted to plain LoRA (PEFT\'s path_initial_model_for_weight_conversion)');
+  }
   const ms = raw.modules_to_save;
   if (Array.isArray(ms) && ms.length > 0) {
     // PEFT lists embed_tokens / lm_head here when it saves full copies of them; those are
@@ -64,13 +80,26 @@ export function readPeftConfig(dir: string): PeftConfig {
   const ex = raw.exclude_modules ?? null;
   const excludeModules = ex === null || typeof ex === 'string' || (Array.isArray(ex) && ex.every((t) => typeof t === 'string'))
     ? (ex as string[] | string | null) : bad('exclude_modules', 'must be a list of module names or a regex string');
+  // Regexes PEFT compiles in Python; one JavaScript cannot compile is refused here, naming it.
+  const regex = (key: string, pattern: string, full: boolean): void => {
+    try {
+      new RegExp(full ? `^(?:${pattern})$` : `^(.*\\.)?(${pattern})$`);
+    } catch (e) {
+      throw new AdapterError(`${file}: ${key} ${JSON.stringify(pattern)} is not a regular expression this server can use (${(e as Error).message})`);
+    }
+  };
+  if (typeof targetModules === 'string') regex('target_modules', targetModules, true);
+  if (typeof excludeModules === 'string') regex('exclude_modules', excludeModules, true);
+  const rankPattern = numMap('rank_pattern'), alphaPattern = numMap('alpha_pattern');
+  for (const k of Object.keys(rankPattern)) regex('rank_pattern key', k, false);
+  for (const k of Object.keys(alphaPattern)) regex('alpha_pattern key', k, false);
   const ltt = raw.layers_to_transform ?? null;
   const layersToTransform = ltt === null ? null
     : typeof ltt === 'number' ? [ltt]
     : Array.isArray(ltt) && ltt.every((x) => Number.isInteger(x)) ? (ltt as number[])
     : bad('layers_to_transform', 'must be an integer or a list of integers');
   return {
-    file, r, alpha, useRslora: raw.use_rslora === true, rankPattern: numMap('rank_pattern'), alphaPattern: numMap('alpha_pattern'),
+    file, r, alpha, useRslora: raw.use_rslora === true, rankPattern, alphaPattern,
     targetModules, excludeModules, layersToTransform, fanInFanOut: raw.fan_in_fan_out === true,
   };
 }

@@ -32,6 +32,14 @@ describe('openCheckpoint', () => {
     expect(ck.require('b', [4]).key).toBe('b');
   });
 
+  it('reads model.safetensors before an index beside it, as transformers does', async () => {
+    const dir = tempDir();
+    await writeTensors(join(dir, 'model.safetensors'), [{ name: 'a', shape: [2] }]);
+    index(dir, { a: 'model-00001-of-00002.safetensors' });  // a leftover index whose shard is gone
+    const ck = openCheckpoint(dir);
+    expect(ck.files.map((f) => f.path)).toEqual([join(dir, 'model.safetensors')]);
+  });
+
   it('opens a sharded checkpoint through its index', async () => {
     const dir = tempDir();
     await writeTensors(join(dir, 'model-00001-of-00002.safetensors'), [{ name: 'a', shape: [2] }, { name: 'b', shape: [2] }]);

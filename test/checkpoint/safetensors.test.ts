@@ -1,4 +1,4 @@
-import { existsSync, readFileSync, readdirSync, truncateSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readdirSync, truncateSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { CheckpointError } from '../../lib/checkpoint/errors.js';
@@ -159,6 +159,18 @@ describe('openSafetensors errors', () => {
       e: { dtype: 'F32', shape: [0], data_offsets: [8, 8] },
     }), 16);
     expectCheckpointError(() => openSafetensors(path), path, /tensors "a" \[0, 16\) and "b" \[8, 16\) overlap/);
+  });
+
+  it('a gap in the data, as a key written twice leaves (JSON keeps only its last entry)', () => {
+    const path = join(tempDir(), 'd.safetensors');
+    writeRaw(path, '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}', 8);
+    expectCheckpointError(() => openSafetensors(path), path, /no tensor holds data bytes \[0, 4\) before "a" \[4, 8\)/, /written twice/);
+  });
+
+  it('a folder where the file should be, named', () => {
+    const path = join(tempDir(), 'model.safetensors');
+    mkdirSync(path);
+    expectCheckpointError(() => openSafetensors(path), path, /cannot (open|read) safetensors file/);
   });
 
   it('__metadata__ must map strings to strings', () => {

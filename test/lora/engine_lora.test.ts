@@ -266,6 +266,29 @@ describe('refused adapters change nothing', () => {
       writeFileSync(join(dir, 'adapter_config.json'), '{"r": ');
       return dir;
     }, /not valid JSON/],
+    ['a config that is not an object', async () => {
+      const { dir } = await writeAdapter(specs(attn('q_proj'), 2), { r: 2, lora_alpha: 2, target_modules: ['q_proj'] });
+      writeFileSync(join(dir, 'adapter_config.json'), 'null');
+      return dir;
+    }, /adapter_config\.json: must hold a JSON object/],
+    ['a Python-only regex', async () => (await writeAdapter(specs(attn('q_proj'), 2), { r: 2, lora_alpha: 2, target_modules: '(?i).*Q_PROJ' })).dir,
+      /target_modules "\(\?i\)\.\*Q_PROJ" is not a regular expression this server can use/],
+    ['activated LoRA', async () => (await writeAdapter(specs(attn('q_proj'), 2), { r: 2, lora_alpha: 2, target_modules: ['q_proj'], alora_invocation_tokens: [5, 6] })).dir,
+      /alora_invocation_tokens .*activated LoRA/],
+    ['replicated layers', async () => (await writeAdapter(specs(attn('q_proj'), 2), { r: 2, lora_alpha: 2, target_modules: ['q_proj'], layer_replication: [[0, 1], [0, 1]] })).dir,
+      /layer_replication .*replicated base layers/],
+    ['a PiSSA adapter not converted', async () => (await writeAdapter(specs(attn('q_proj'), 2), { r: 2, lora_alpha: 2, target_modules: ['q_proj'], init_lora_weights: 'pissa_niter_4' })).dir,
+      /init_lora_weights .*changes the base weights/],
+    ['a module under two spellings', async () => {
+      const s = specs(attn('q_proj'), 2);
+      return (await writeAdapter([...s, { ...s[0], path: s[0].path.replace(/^model\./, '') }], { r: 2, lora_alpha: 2, target_modules: ['q_proj'] })).dir;
+    }, /names module model\.layers\.0\.self_attn\.q_proj again/],
+    ['a saved lm_head copy of integers', async () => {
+      const c = tinyModel().config;
+      return (await writeAdapter(specs(attn('q_proj'), 2), { r: 2, lora_alpha: 2, target_modules: ['q_proj'], modules_to_save: ['lm_head'] }, 1, [
+        { name: 'base_model.model.lm_head.weight', dtype: 'I32', shape: [c.vocabSize, c.hiddenSize], data: new Uint8Array(c.vocabSize * c.hiddenSize * 4) },
+      ])).dir;
+    }, /lm_head\.weight: dtype I32 is not bf16, f16 or f32/],
   ];
 
   for (const [label, make, message] of cases) {
