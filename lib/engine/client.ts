@@ -115,7 +115,9 @@ export class EngineClient {
 
   /** Resolves false if no adapter had that name. Running requests on it finish first. */
   async unloadAdapter(name: string): Promise<boolean> {
-    return (await this.call((call) => ({ type: 'unloadAdapter', call, name }))).found === true;
+    const r = await this.call((call) => ({ type: 'unloadAdapter', call, name }));
+    if (r.error) throw new Error(r.error);  // the engine died meanwhile: not "no such adapter"
+    return r.found === true;
   }
 
   private call(make: (call: number) => ToEngine): Promise<Extract<FromEngine, { type: 'adapterResult' }>> {
@@ -165,6 +167,7 @@ export class EngineClient {
       }
     } else if (m.type === 'adapterResult') {
       this.loaded = m.adapters;
+      if (m.stats) this.latest = m.stats;
       this.pending.get(m.call)?.(m);
       this.pending.delete(m.call);
     } else if (m.type === 'rejected') {

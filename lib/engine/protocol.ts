@@ -17,7 +17,7 @@ export type ToEngine =
 export type FromEngine =
   | { type: 'progress'; message: string }
   | { type: 'ready'; info: ModelInfo; stats: EngineStats; adapters: AdapterInfo[] }
-  | { type: 'adapterResult'; call: number; error?: string; found?: boolean; adapters: AdapterInfo[] }
+  | { type: 'adapterResult'; call: number; error?: string; found?: boolean; adapters: AdapterInfo[]; stats?: EngineStats }
   | { type: 'outputs'; outputs: RequestOutput[]; stats: EngineStats }
   | { type: 'rejected'; id: string; message: string }
   | { type: 'fatal'; message: string };

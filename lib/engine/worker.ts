@@ -94,13 +94,14 @@ port.on('message', (m: ToEngine) => {
       setImmediate(loop);
     }
   } else if (m.type === 'loadAdapter') {
+    // The stats go along: an idle engine sends no outputs to refresh the adapter gauges.
     engine.loadAdapter(m.name, m.path).then(
-      () => send({ type: 'adapterResult', call: m.call, adapters: adapters(), found: true }),
+      () => send({ type: 'adapterResult', call: m.call, adapters: adapters(), found: true, stats: engine.stats() }),
       (e: Error) => send({ type: 'adapterResult', call: m.call, error: e.message, adapters: adapters() }),
     );
   } else if (m.type === 'unloadAdapter') {
     const found = engine.unloadAdapter(m.name);
-    send({ type: 'adapterResult', call: m.call, found, adapters: adapters() });
+    send({ type: 'adapterResult', call: m.call, found, adapters: adapters(), stats: engine.stats() });
   } else if (m.type === 'abort') {
     const out = engine.abort(m.id);
     if (out) send({ type: 'outputs', outputs: [out], stats: engine.stats() });

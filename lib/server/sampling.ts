@@ -82,7 +82,9 @@ export function parseSettings(body: Body, kind: ApiKind, info: Pick<ModelInfo, '
   const stop = optStrings(body, 'stop') ?? [];
   if (stop.some((s) => s.length === 0)) throw invalidRequest('`stop` strings must not be empty.', 'stop');
 
-  const topK = optInt(body, 'top_k', { min: -1 }) ?? 0;
+  // Above 2^31 - 1 the engine's 32-bit top-k would wrap (2^32 + 1 became greedy): any k
+  // past the vocabulary keeps every token, so it is the same as no top-k.
+  const topK = Math.min(optInt(body, 'top_k', { min: -1 }) ?? 0, 2 ** 31 - 1);
   return {
     stream,
     includeUsage,

@@ -44,8 +44,11 @@ describe('LoRA over HTTP', () => {
     const name = names[3];
     const path = join(FIXTURES, fx.adapters[name].path);
     expect((await s.post('/v1/completions', { model: name, prompt: 'x' })).status).toBe(404);
+    const registered = await s.metric('mstar:lora_adapters_registered');
     const load = await s.post('/v1/load_lora_adapter', { lora_name: name, lora_path: path });
     expect(load.status).toBe(200);
+    // The gauge follows at once, before any request steps the engine.
+    expect(await s.metric('mstar:lora_adapters_registered')).toBe(registered + 1);
     const c = fx.adapters[name].cases[0];
     const ids = await completionTokens(await s.post('/v1/completions', {
       model: name, prompt: c.prompt_ids, max_tokens: c.output_ids.length, temperature: 0, ignore_eos: true, logprobs: 0, return_tokens_as_token_ids: true,
@@ -53,6 +56,7 @@ describe('LoRA over HTTP', () => {
     expect(ids).toEqual(c.output_ids);
     expect((await s.post('/v1/load_lora_adapter', { lora_name: name, lora_path: path })).status).toBe(400);
     expect((await s.post('/v1/unload_lora_adapter', { lora_name: name })).status).toBe(200);
+    expect(await s.metric('mstar:lora_adapters_registered')).toBe(registered);
     expect((await s.post('/v1/unload_lora_adapter', { lora_name: name })).status).toBe(404);
     expect((await s.post('/v1/completions', { model: name, prompt: 'x' })).status).toBe(404);
   });

@@ -43,6 +43,13 @@ describe('POST /v1/completions', () => {
     });
   });
 
+  it('takes a top_k past 32 bits as no top-k, not as its wrapped value', async () => {
+    const { app, engine } = makeServer();
+    const res = await post(app, '/v1/completions', { prompt: 'Hi', top_k: 2 ** 32 + 1 });
+    expect(res.statusCode, res.body).toBe(200);
+    expect(engine.requests[0].params.topK).toBe(2 ** 31 - 1);  // 2^32 + 1 would wrap to 1 (greedy) in the engine's int32
+  });
+
   it('takes token ids, and one-element arrays of a prompt', async () => {
     const { app, engine, tokenizer } = makeServer();
     const ids = tokenizer.encode('Hello');
