@@ -79,12 +79,9 @@ async function runCell(grid: Grid, side: Side, mix: MixName, load: LoadShape, ro
   let run: LoadRun;
   try {
     run = await runLoad(load, limit, (i) => {
-      // Keyed without the engine side, so LoRA on and LoRA off get the very same prompts.
-      const rng = new Rng(opts.seed, hashString(`${mix}/${describeLoad(load)}/${round}/${i}`));
-      const promptIds = randomPromptIds(rng, drawLength(opts.promptLen, rng), grid.idLimit);
+      const { promptIds, maxTokens } = requestOf(opts, grid.idLimit, mix, load, round, i);
       return streamCompletion({
-        url: side.url, model: pick(i), promptIds, maxTokens: drawLength(opts.outputLen, rng), apiKey: side.apiKey,
-        signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+        url: side.url, model: pick(i), promptIds, maxTokens, apiKey: side.apiKey, signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
       });
     }, opts.seed ^ hashString(`${describeLoad(load)}/${round}`), (r) => {
       done++;
@@ -99,6 +96,21 @@ async function runCell(grid: Grid, side: Side, mix: MixName, load: LoadShape, ro
   ui.log(`${label}: ${cell.outputTokS.toFixed(1)} tok/s, TTFT p50 ${formatMs(cell.ttftMs.p50)} ms, ` +
     `ITL p50 ${formatMs(cell.itlMs.p50)} ms, ${cell.failed} failed${cell.errors.length > 0 ? ` (${cell.errors[0]})` : ''}`);
   return run;
+}
+
+/**
+ * Request i of a cell, drawn from the seed. Its lengths are keyed without the engine side and
+ * the mix, so every cell of a load point and round, the LoRA-off baseline included, has the
+ * same work; its token ids are keyed by the mix too, so a later cell on the same server
+ * cannot hit the prefix cache an earlier one filled.
+ */
+export function requestOf(
+  opts: BenchOptions, idLimit: number, mix: MixName, load: LoadShape, round: number, i: number,
+): { promptIds: number[]; maxTokens: number } {
+  const lengths = new Rng(opts.seed, hashString(`${describeLoad(load)}/${round}/${i}`));
+  const promptLen = drawLength(opts.promptLen, lengths), maxTokens = drawLength(opts.outputLen, lengths);
+  const ids = new Rng(opts.seed, hashString(`${mix}/${describeLoad(load)}/${round}/${i}`));
+  return { promptIds: randomPromptIds(ids, promptLen, idLimit), maxTokens };
 }
 
 /**

@@ -63,7 +63,9 @@ export function modelBytes(config: ServeConfig): ModelBytes {
     if (plan.kind === 'embedding' && !model.tieWordEmbeddings) continue;
     weightBytes += plan.shape.reduce((a, d) => a * d, 1) * DTYPE_BYTES[config.dtype ?? plan.dtype];
   }
-  const kvDtype = config.dtype ?? (model.torchDtype === 'float32' ? 'f32' : 'bf16');
+  // The engine's KV cache: f32 on the cpu or with dtype f32, else bf16 (CUDA's activation
+  // type, whatever the checkpoint's dtype).
+  const kvDtype = config.dtype === 'f32' || config.device === 'cpu' ? 'f32' : 'bf16';
   return { weightBytes, kvBytesPerToken: 2 * model.numLayers * model.numKvHeads * model.headDim * DTYPE_BYTES[kvDtype] };
 }
 

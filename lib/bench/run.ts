@@ -183,7 +183,7 @@ function rooflineOf(cells: CellReport[], config: ServeConfig, adapters: readonly
   // 'one' reads its adapter every step; churn and mixed read one adapter per row, on average this size.
   const adapterBytesOf = (mix: MixName): number =>
     mix === 'base' || sizes.length === 0 ? 0 : mix === 'one' ? sizes[0] : sizes.reduce((a, b) => a + b, 0) / sizes.length;
-  // Decode step k of a request reads prompt + k tokens of context; the mean over its steps:
-  const context = meanLength(opts.promptLen) + (meanLength(opts.outputLen) - 1) / 2;
+  // Decode step k (k = 1 .. out - 1) of a request reads prompt + k tokens of context; the mean over its steps:
+  const context = meanLength(opts.promptLen) + meanLength(opts.outputLen) / 2;
   return roofline(cells, modelBytes(config), context, opts.hbmGbps, adapterBytesOf);
 }

@@ -112,6 +112,17 @@ function length(text: string | undefined, flag: string): LengthDist {
   return d;
 }
 
+/** A flag that takes one value: a list is a mistake, not its first item. */
+function one<T>(values: T[], flag: string): T {
+  if (values.length !== 1) throw new UsageError(`${flag} takes one value, got ${values.length}`);
+  return values[0];
+}
+
+/** Load points in the order given, each once (a repeat would pool two runs into each of two cells). */
+function unique<T>(values: T[]): T[] {
+  return [...new Set(values)];
+}
+
 function optionsOf(v: Values): BenchOptions {
   if ((v.serve === undefined) === (v.url === undefined)) throw new UsageError('give exactly one of --serve serve.yaml or --url URL');
   if (v.requests !== undefined && v.duration !== undefined) throw new UsageError('give --requests or --duration, not both');
@@ -119,28 +130,32 @@ function optionsOf(v: Values): BenchOptions {
     ? { kind: 'serve', configFile: v.serve }
     : {
       kind: 'url', url: v.url!.replace(/\/+$/, ''), model: v.model, baselineUrl: v['baseline-url']?.replace(/\/+$/, ''),
-      baselineModel: v['baseline-model'], apiKey: v['api-key'], vocab: v.vocab === undefined ? 30000 : positiveInts(v.vocab, '--vocab')[0],
+      baselineModel: v['baseline-model'], apiKey: v['api-key'], vocab: v.vocab === undefined ? 30000 : one(positiveInts(v.vocab, '--vocab'), '--vocab'),
     };
   const mixes = list(v.mix ?? MIXES.join(','));
   const unknown = mixes.find((m) => !isMix(m));
   if (unknown !== undefined) throw new UsageError(`--mix: unknown mix ${JSON.stringify(unknown)} (known: ${MIXES.join(', ')})`);
-  const rates = v.rate === undefined ? [] : positiveNumbers(v.rate, '--rate');
+  const rates = v.rate === undefined ? [] : unique(positiveNumbers(v.rate, '--rate'));
+  if (v.serve !== undefined) {
+    const urlOnly = (['model', 'baseline-url', 'baseline-model', 'vocab'] as const).filter((k) => v[k] !== undefined);
+    if (urlOnly.length > 0) throw new UsageError(`--${urlOnly[0]} goes with --url, not --serve (the server's config says it)`);
+  }
   return {
     target,
     adapters: v.adapters === undefined ? undefined : list(v.adapters),
-    concurrency: v.concurrency !== undefined ? positiveInts(v.concurrency, '--concurrency') : rates.length > 0 ? [] : [1, 32, 64],
+    concurrency: v.concurrency !== undefined ? unique(positiveInts(v.concurrency, '--concurrency')) : rates.length > 0 ? [] : [1, 32, 64],
     rates,
     promptLen: length(v['prompt-len'], '--prompt-len'),
     outputLen: length(v['output-len'], '--output-len'),
-    requests: v.requests === undefined ? undefined : positiveInts(v.requests, '--requests')[0],
-    durationS: v.duration === undefined ? undefined : positiveNumbers(v.duration, '--duration')[0],
+    requests: v.requests === undefined ? undefined : one(positiveInts(v.requests, '--requests'), '--requests'),
+    durationS: v.duration === undefined ? undefined : one(positiveNumbers(v.duration, '--duration'), '--duration'),
     mixes: [...new Set(mixes)] as MixName[],
-    rounds: v.rounds === undefined ? 1 : positiveInts(v.rounds, '--rounds')[0],
+    rounds: v.rounds === undefined ? 1 : one(positiveInts(v.rounds, '--rounds'), '--rounds'),
     seed: v.seed === undefined ? 0 : nonNegativeInt(v.seed, '--seed'),
     roofline: v.roofline === true,
-    hbmGbps: v['hbm-gbps'] === undefined ? DEFAULT_HBM_GBPS : positiveNumbers(v['hbm-gbps'], '--hbm-gbps')[0],
-    prefill: v.prefill === undefined ? undefined : positiveInts(v.prefill, '--prefill')[0],
-    peakTflops: v['peak-tflops'] === undefined ? DEFAULT_PEAK_TFLOPS : positiveNumbers(v['peak-tflops'], '--peak-tflops')[0],
+    hbmGbps: v['hbm-gbps'] === undefined ? DEFAULT_HBM_GBPS : one(positiveNumbers(v['hbm-gbps'], '--hbm-gbps'), '--hbm-gbps'),
+    prefill: v.prefill === undefined ? undefined : one(positiveInts(v.prefill, '--prefill'), '--prefill'),
+    peakTflops: v['peak-tflops'] === undefined ? DEFAULT_PEAK_TFLOPS : one(positiveNumbers(v['peak-tflops'], '--peak-tflops'), '--peak-tflops'),
   };
 }
 

@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { CellReport } from '../../lib/bench/cell.js';
 import { loadBenchConfig, startLocalServer } from '../../lib/bench/local_server.js';
 import type { BenchReport } from '../../lib/bench/options.js';
+import { modelBytes } from '../../lib/bench/roofline.js';
 import { runBenchmark } from '../../lib/bench/run.js';
 import { runCli } from '../../lib/cli/cli.js';
 import { ADAPTERS, removeTempDirs, synthTiny } from '../synth/tiny.js';
@@ -65,8 +66,8 @@ describe('mstar bench --serve', () => {
     const roofline = report.roofline!;
     // Tied 64×1000 embedding + 2 layers of (q 64 + k 32 + v 32 + o 64 + gate/up 256 + down 64)·64 + norms, bf16.
     expect(roofline.weightBytes).toBe(2 * (1000 * 64 + 2 * (64 * 64 + 2 * 32 * 64 + 64 * 64 + 2 * 128 * 64 + 64 * 128 + 2 * 64 + 2 * 16) + 64));
-    expect(roofline.kvBytesPerToken).toBe(2 * 2 * 2 * 16 * 2);
-    expect(roofline.contextTokens).toBe(8 + 1.5);
+    expect(roofline.kvBytesPerToken).toBe(2 * 2 * 2 * 16 * 4);  // the engine's KV on the cpu is f32, whatever the checkpoint
+    expect(roofline.contextTokens).toBe(8 + 2);  // decode steps k = 1..3 of 4 tokens read 8 + k keys
     expect(roofline.cells.map((c) => `${c.engine} ${c.mix}`)).toEqual(['lora-on base', 'lora-on one', 'lora-on churn', 'lora-on mixed', 'lora-off base']);
     expect(roofline.cells[1].adapterBytes).toBeGreaterThan(0);
     expect(roofline.cells.every((c) => c.fraction > 0 && c.floorMs > 0)).toBe(true);
@@ -102,6 +103,30 @@ describe('mstar bench --serve', () => {
     }
     expect(chart).toContain('Retention (tok/s ÷ LoRA off)');
     expect(chart).toContain('TTFT p50 (ms)');
+  });
+});
+
+describe('mstar bench --serve, odd flags', () => {
+  it('measures a repeated load point once', async () => {
+    const json = join(dir, 'dup.json');
+    vi.spyOn(process.stdout, 'write').mockImplementation(() => true);
+    try {
+      expect(await runCli(['bench', '--serve', yamlFile, '--concurrency', '2,2', '--requests', '2', '--prompt-len', '6', '--output-len', '2',
+        '--mix', 'base', '--json', json])).toBe(0);
+    } finally {
+      vi.restoreAllMocks();
+    }
+    const report = JSON.parse(readFileSync(json, 'utf8')) as BenchReport;
+    expect(report.settings.concurrency).toEqual([2]);
+    expect(report.cells.map((c) => [c.engine, c.requests])).toEqual([['lora-on', 2], ['lora-off', 2]]);
+  });
+
+  it('counts the KV bytes the engine keeps: bf16 on CUDA whatever the checkpoint, f32 on the cpu or with dtype f32', () => {
+    const config = loadBenchConfig(yamlFile);
+    const per = (c: typeof config) => modelBytes(c).kvBytesPerToken;
+    expect(per({ ...config, device: 'auto' })).toBe(2 * 2 * 2 * 16 * 2);
+    expect(per({ ...config, device: 'cpu' })).toBe(2 * 2 * 2 * 16 * 4);
+    expect(per({ ...config, device: 'cuda', dtype: 'f32' })).toBe(2 * 2 * 2 * 16 * 4);
   });
 });
 

@@ -25,6 +25,10 @@ describe('mstar bench flags', () => {
       [['--url', 'http://127.0.0.1:1', '--roofline'], /--roofline needs --serve/],
       [['--serve', '/nonexistent/serve.yaml'], /cannot read/],
       [['--bogus'], /Unknown option '--bogus'/],
+      [['--url', 'http://127.0.0.1:1', '--requests', '3,100'], /--requests takes one value, got 2/],
+      [['--url', 'http://127.0.0.1:1', '--rounds', '2,9'], /--rounds takes one value/],
+      [['--serve', 'a.yaml', '--model', 'm'], /--model goes with --url, not --serve/],
+      [['--serve', 'a.yaml', '--baseline-url', 'http://x'], /--baseline-url goes with --url/],
     ];
     for (const [args, message] of cases) {
       io.err = '';

@@ -3,11 +3,29 @@ import { describe, expect, it } from 'vitest';
 
 import { poissonArrivals } from '../../lib/bench/arrivals.js';
 import { cellReport, withRetention } from '../../lib/bench/cell.js';
+import { requestOf } from '../../lib/bench/grid.js';
 import { parseLength } from '../../lib/bench/lengths.js';
 import { modelPicker } from '../../lib/bench/mix.js';
+import type { BenchOptions } from '../../lib/bench/options.js';
 import { percentile, summarize } from '../../lib/bench/percentiles.js';
 import type { RequestResult } from '../../lib/bench/request.js';
 import { sseData } from '../../lib/bench/sse.js';
+
+describe('requests of a cell', () => {
+  const opts = { seed: 3, promptLen: { min: 4, max: 64 }, outputLen: { min: 2, max: 32 } } as BenchOptions;
+  const load = { kind: 'closed', concurrency: 8 } as const;
+
+  it('give every mix (and so the LoRA-off baseline) the same lengths, and each mix its own tokens', () => {
+    for (let i = 0; i < 20; i++) {
+      const base = requestOf(opts, 1000, 'base', load, 1, i), one = requestOf(opts, 1000, 'one', load, 1, i);
+      expect([one.promptIds.length, one.maxTokens]).toEqual([base.promptIds.length, base.maxTokens]);
+      expect(one.promptIds).not.toEqual(base.promptIds);  // no prefix-cache hit from an earlier cell
+      expect(requestOf(opts, 1000, 'base', load, 1, i)).toEqual(base);  // reproducible
+    }
+    const lengths = (round: number) => Array.from({ length: 20 }, (_, i) => requestOf(opts, 1000, 'base', load, round, i).maxTokens);
+    expect(lengths(2)).not.toEqual(lengths(1));  // rounds draw anew
+  });
+});
 
 describe('percentiles', () => {
   it('interpolate linearly between closest ranks, as numpy does', () => {
