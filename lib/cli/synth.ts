@@ -79,6 +79,8 @@ export async function runSynth(args: string[]): Promise<number> {
     config = values.preset !== undefined ? presetOrFail(values.preset) : readConfig(values.config!);
     adapters = intFlag(values.adapters, '--adapters', 0, 0);
     rank = intFlag(values.rank, '--rank', 16, 1);
+    // The serve.yaml written beside the adapters must load: its max_rank allows at most 512.
+    if (rank > 512) throw new UsageError(`--rank ${rank} is above 512, the largest max_rank a serve.yaml takes`);
     seed = intFlag(values.seed, '--seed', 0, 0);
     layers = values.layers === undefined ? undefined : intFlag(values.layers, '--layers', 0, 1);
     alpha = values.alpha === undefined ? 32 : Number(values.alpha);

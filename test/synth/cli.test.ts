@@ -42,6 +42,7 @@ describe('mstar synth', () => {
       [['--preset', 'gpt-5', '--out', tempDir('x')], /unknown preset "gpt-5"/],
       [['--preset', 'qwen3-0.6b'], /--out DIR is required/],
       [['--preset', 'qwen3-0.6b', '--out', tempDir('x'), '--rank', '0'], /--rank expects an integer >= 1/],
+      [['--preset', 'qwen3-0.6b', '--out', tempDir('x'), '--rank', '1000'], /--rank 1000 is above 512/],
       [['--config', configFile(), '--out', tempDir('x'), '--adapters', '1', '--targets', 'q_prj'], /q_prj is not a module of the qwen3 model/],
       [['--config', configFile({ vocab_size: 100 }), '--out', tempDir('x')], /vocab_size 100 is too small/],
       [['--config', configFile({ model_type: 'gpt2', architectures: ['GPT2LMHeadModel'] }), '--out', tempDir('x')], /unsupported model/],
