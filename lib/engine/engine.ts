@@ -115,6 +115,10 @@ export class Engine {
       fail(`needs ${this.blocks.blocksFor(total)} KV blocks but the cache has only ${this.limits.numBlocks}`);
     }
     if (params.seed !== null && !Number.isSafeInteger(params.seed)) fail(`seed ${params.seed} is not an integer`);
+    // The sampler trusts these (a NaN temperature made the CUDA one read scratch it never wrote).
+    if (!(params.temperature >= 0 && params.temperature < Infinity)) fail(`temperature ${params.temperature} is not a number >= 0`);
+    if (!(params.topP > 0 && params.topP <= 1)) fail(`top_p ${params.topP} is not in (0, 1]`);
+    if (!Number.isInteger(params.topK) || params.topK < 0) fail(`top_k ${params.topK} is not an integer >= 0`);
     if (req.adapter !== undefined && !this.lora) fail(`names adapter ${req.adapter} but LoRA is not enabled`);
     // Everything that can throw comes before the adapter is retained: a refused request holds nothing.
     const seq = new Sequence(req.id, [...promptIds], params, Date.now());

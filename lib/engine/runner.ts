@@ -154,6 +154,11 @@ export class ModelRunner {
     };
   }
 
+  /** Whether a row is still under min_tokens, so its EOS and stop tokens are masked. */
+  private masks(e: ScheduledSeq): boolean {
+    return e.seq.outputIds.length < e.seq.params.minTokens;
+  }
+
   /**
    * Before min_tokens, EOS and stop tokens cannot be drawn (as vLLM): their logits become -inf.
    * Only rows under min_tokens pay for it, a fill per banned token.
@@ -162,7 +167,7 @@ export class ModelRunner {
     const vocab = logits.shape[1];
     entries.forEach((e, r) => {
       const p = e.seq.params;
-      if (e.seq.outputIds.length >= p.minTokens) return;
+      if (!this.masks(e)) return;
       const banned = new Set([...p.stopTokenIds, ...(p.ignoreEos ? [] : this.model.config.eosTokenIds)]);
       for (const id of banned) {
         if (id < 0 || id >= vocab) continue;
@@ -183,6 +188,10 @@ export class ModelRunner {
     const t = <T extends Tensor>(x: T): T => (owned.push(x), x);
     try {
       const device = this.model.placement.device;
+      const k = Math.max(-1, ...p.map((x) => x.logprobs ?? -1));
+      // Logprobs are the model's, before the min_tokens mask (as vLLM's default raw logprobs):
+      // where a row both masks and wants them, they come from a copy taken first.
+      const raw = k >= 0 && entries.some((e) => this.masks(e)) ? t(logits.to(device)) : logits;
       this.maskStopTokens(entries, logits);
       const ids = t(addon.empty('i32', [n], device));
       addon.sample(
@@ -194,10 +203,9 @@ export class ModelRunner {
         t(addon.fromArray('i32', [n], Int32Array.from(entries, (e) => e.seq.outputIds.length), device)),
       );
       const chosen = ids.toArray() as Int32Array;
-      const k = Math.max(-1, ...p.map((x) => x.logprobs ?? -1));
       if (k < 0) return Array.from(chosen, (tokenId) => ({ tokenId }));
       const lp = t(addon.empty('f32', [n], device)), topIds = t(addon.empty('i32', [n, k], device)), topLp = t(addon.empty('f32', [n, k], device));
-      addon.logprobs(lp, topIds, topLp, logits, ids);
+      addon.logprobs(lp, topIds, topLp, raw, ids);
       const lpa = lp.toArray() as Float32Array, tia = topIds.toArray() as Int32Array, tla = topLp.toArray() as Float32Array;
       return Array.from(chosen, (tokenId, r) => {
         const want = p[r].logprobs;

@@ -94,6 +94,30 @@ describe('engine scheduling', () => {
     expect(m).toHaveLength(8);
   });
 
+  it('reports the model\'s logprobs before the min_tokens mask, as vLLM does', () => {
+    const p = reqs[3];
+    const stopAt = alone(p, 1)[0];  // the free run's first token, banned by min_tokens below
+    const e = engine();
+    e.add({ id: 'free', promptIds: p, params: greedy(1, { logprobs: 3 }) });
+    e.add({ id: 'masked', promptIds: p, params: greedy(1, { logprobs: 3, stopTokenIds: [stopAt], minTokens: 2 }) });
+    const last = (id: string) => runAllOf.get(id)!.last.logprobs![0];
+    const runAllOf = runAll(e);
+    expect(last('masked').tokenId).not.toBe(stopAt);  // it could not be drawn...
+    expect(last('masked').top).toEqual(last('free').top);  // ...but the reported distribution is the model's
+    expect(last('masked').top[0][0]).toBe(stopAt);
+  });
+
+  it('refuses sampling parameters the sampler cannot take, before anything changes', () => {
+    const e = engine();
+    for (const [extra, message] of [
+      [{ temperature: NaN }, /temperature NaN is not a number >= 0/], [{ temperature: -1 }, /temperature -1/],
+      [{ topP: 0 }, /top_p 0 is not in \(0, 1\]/], [{ topK: 1.5 }, /top_k 1.5 is not an integer >= 0/],
+    ] as const) {
+      expect(() => e.add({ id: 'x', promptIds: reqs[0], params: greedy(2, extra) })).toThrow(message);
+    }
+    expect(e.hasWork()).toBe(false);
+  });
+
   it('seeded sampling draws the same tokens alone and in a batch', () => {
     const params = greedy(10, { temperature: 0.9, topK: 50, topP: 0.95, seed: 1234 });
     const solo = engine();
