@@ -160,6 +160,17 @@ void upload(const UploadRegion* regions, size_t count) {
   // The side stream starts after the ops already enqueued (a step may still read the slot).
   check(cudaEventRecord(gComputeMark, compute), "cudaEventRecord");
   check(cudaStreamWaitEvent(gUploadStream, gComputeMark, 0), "cudaStreamWaitEvent");
+  // The compute stream waits for whatever went to the side stream; also, best effort, when a
+  // region's copy throws: the caller may then free a slot the earlier copies still write.
+  struct Join {
+    cudaStream_t compute;
+    bool joined = false;
+    ~Join() {
+      if (joined) return;
+      if (cudaEventRecord(gUploaded, gUploadStream) != cudaSuccess || cudaStreamWaitEvent(compute, gUploaded, 0) != cudaSuccess)
+        cudaGetLastError();
+    }
+  } join{compute};
   for (size_t i = 0; i < count; ++i) {
     const UploadRegion& r = regions[i];
     const size_t width = r.cols * r.elemBytes;
@@ -180,6 +191,7 @@ void upload(const UploadRegion* regions, size_t count) {
   }
   check(cudaEventRecord(gUploaded, gUploadStream), "cudaEventRecord");
   check(cudaStreamWaitEvent(compute, gUploaded, 0), "cudaStreamWaitEvent");
+  join.joined = true;
 }
 
 Scratch::Scratch(size_t bytes, const char* what) {

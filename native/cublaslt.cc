@@ -155,6 +155,10 @@ const Status& status() {
 bool gemmBf16(void* out, const void* x, const void* w, int64_t n, int64_t in, int64_t outF, void* stream) {
   if (!status().loaded) return false;
   std::lock_guard<std::mutex> lock(gMutex);
+  // Made outside any capture: allocated inside one, the workspace would be the graph's
+  // memory, gone with it (an aborted capture too), and every later GEMM would use a dead
+  // address. A capture before any eager GEMM runs the caller's own kernel instead.
+  if ((!gHandle || !gWorkspace) && gpu::capturing()) return false;
   if (!gHandle) check(gApi.create(&gHandle), "cublasLtCreate");
   if (!gWorkspace) gWorkspace = gpu::alloc(kWorkspaceBytes);
 
