@@ -1,5 +1,5 @@
 // Where the CUDA libraries the addon needs at run time are on this machine — the driver
-// (libcuda.so.1), cuBLASLt, NCCL — looked for as the dynamic loader and the addon's dlopen shims
+// (libcuda.so.1), cuBLASLt — looked for as the dynamic loader and the addon's dlopen shims
 // look: LD_LIBRARY_PATH, CUDA_HOME / CUDA_PATH, the CUDA and system folders, the loader cache.
 // Used to turn "cudaErrorInsufficientDriver" into what is missing, which version is needed and
 // where it was looked for; and by `mstar doctor`.
@@ -17,13 +17,18 @@ export interface LibraryLookup {
   searched: string[];
 }
 
+/** This machine's names in library paths (x86_64) and in `ldconfig -p` (x86-64). */
+const ARCH = process.arch === 'arm64'
+  ? { dir: 'aarch64', cudaTarget: 'sbsa', ldconfig: 'AArch64' }
+  : { dir: 'x86_64', cudaTarget: 'x86_64', ldconfig: 'x86-64' };
+
 /** The folders searched, LD_LIBRARY_PATH first. */
 export function libraryDirs(env: NodeJS.ProcessEnv = process.env): string[] {
   const dirs = (env.LD_LIBRARY_PATH ?? '').split(':').filter(Boolean);
   for (const v of [env.CUDA_HOME, env.CUDA_PATH]) if (v) dirs.push(join(v, 'lib64'), join(v, 'lib'));
   dirs.push(
-    '/usr/local/cuda/lib64', '/usr/local/cuda/lib', '/usr/local/cuda/targets/x86_64-linux/lib',
-    '/usr/lib/x86_64-linux-gnu', '/usr/lib64', '/usr/lib', '/usr/lib/wsl/lib',
+    '/usr/local/cuda/lib64', '/usr/local/cuda/lib', `/usr/local/cuda/targets/${ARCH.cudaTarget}-linux/lib`,
+    `/usr/lib/${ARCH.dir}-linux-gnu`, '/usr/lib64', '/usr/lib', '/usr/lib/wsl/lib',
   );
   return [...new Set(dirs)];
 }
@@ -39,7 +44,7 @@ function loaderCache(): Map<string, string> {
     const r = spawnSync(ldconfig, ['-p'], { encoding: 'utf8', timeout: 5000 });
     for (const line of (r.stdout ?? '').split('\n')) {
       const m = /^\s*(\S+) \(([^)]*)\) => (\S+)$/.exec(line);
-      if (m && m[2].includes('x86-64') && !ldCache.has(m[1])) ldCache.set(m[1], m[3]);
+      if (m && m[2].includes(ARCH.ldconfig) && !ldCache.has(m[1])) ldCache.set(m[1], m[3]);
     }
   }
   return ldCache;

@@ -14,7 +14,7 @@ const COMMANDS: Record<string, Command> = {
   serve: { summary: 'serve a model over an OpenAI-compatible HTTP API', run: runServe },
   bench: { summary: 'benchmark an OpenAI-compatible endpoint: tok/s, TTFT, ITL, LoRA retention', run: runBench },
   synth: { summary: 'write a random-weight checkpoint (a real model\'s shapes) and LoRA adapters', run: runSynth },
-  doctor: { summary: 'what mstar finds here: addon, build flags, GPUs, driver, cuBLASLt, NCCL', run: runDoctor },
+  doctor: { summary: 'what mstar finds here: addon, build flags, GPUs, driver, cuBLASLt', run: runDoctor },
 };
 
 export const HELP = `usage: mstar <command> [options]

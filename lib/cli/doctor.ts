@@ -1,5 +1,5 @@
 // `mstar doctor`: what this machine and this install of mstar have — Node, the addon file in
-// use and how it was built, GPUs, the NVIDIA driver, cuBLASLt, NCCL — and which backend
+// use and how it was built, GPUs, the NVIDIA driver, cuBLASLt — and which backend
 // `device: auto` picks. The first thing to run when something is off; never fails (exit 0).
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -15,7 +15,7 @@ export const DOCTOR_HELP = `usage: mstar doctor [--json]
 
 Prints what mstar finds on this machine: Node.js, the native addon in use (a shipped
 prebuild or one built here) and its build flags, CUDA devices, the NVIDIA driver,
-cuBLASLt, NCCL, and which backend \`device: auto\` will use.
+cuBLASLt, and which backend \`device: auto\` will use.
 
 options:
       --json   the same report as one JSON object
@@ -30,7 +30,6 @@ export interface DoctorReport {
   cudaDevices?: { count: number; error?: string };
   driver: { version?: string; source?: string; libcuda: LibraryLookup; needs?: string };
   cublasLt: CudaLibraries['cublasLt'] & { lookup?: LibraryLookup };
-  nccl: LibraryLookup & { needed: string };
   verdict: { device: 'cuda' | 'cpu' | 'none'; why: string };
 }
 
@@ -51,7 +50,6 @@ export function doctorReport(): DoctorReport {
     addon: locateAddon(),
     driver: { libcuda: findLibrary(['libcuda.so.1']) },
     cublasLt: { loaded: false },
-    nccl: { ...findLibrary(['libnccl.so.2']), needed: 'libnccl.so.2 (NCCL 2), for tensor parallelism only' },
   };
 
   let addon: ReturnType<typeof loadBinding> | undefined;
@@ -121,7 +119,6 @@ export function formatDoctor(r: DoctorReport): string {
     if (r.cublasLt.lookup?.found) rows.push(['', `(a copy is at ${r.cublasLt.lookup.found})`]);
     rows.push(['', 'needs libcublasLt.so.13 or .so.12 (CUDA 13 / 12); without it linear uses its own kernels']);
   }
-  rows.push(['NCCL', r.nccl.found ? r.nccl.found : `${describeLookup(r.nccl)}; needed: ${r.nccl.needed}`]);
   rows.push(['verdict', `device: auto → ${r.verdict.device} (${r.verdict.why})`]);
   return rows.map(([k, v]) => `${k.padEnd(10)}${v}`).join('\n') + '\n';
 }

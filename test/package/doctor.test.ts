@@ -29,7 +29,7 @@ describe('mstar doctor', () => {
   it('prints every section and a verdict, and exits 0', async () => {
     const { code, out } = await cli(['doctor']);
     expect(code).toBe(0);
-    for (const row of ['mstar', 'node', 'addon', 'build', 'GPUs', 'driver', 'cuBLASLt', 'NCCL', 'verdict']) {
+    for (const row of ['mstar', 'node', 'addon', 'build', 'GPUs', 'driver', 'cuBLASLt', 'verdict']) {
       expect(out).toMatch(new RegExp(`^${row} +\\S`, 'm'));
     }
     expect(out).toMatch(/^verdict +device: auto → (cpu|cuda) \(/m);
