@@ -53,7 +53,7 @@ export function loadServeConfig(file: string | undefined, overrides: ServeOverri
   for (const [key, value] of Object.entries(plain) as [Exclude<keyof ServeOverrides, 'lora_modules'>, unknown][]) {
     if (value === undefined) continue;
     const { path, flag } = OVERRIDES[key];
-    setPath(raw, path, value);
+    setPath(raw, path, value, label);
     flagOf.set(path.join('.'), flag);
   }
   const modelAsWritten = raw.model;
@@ -73,6 +73,10 @@ export function loadServeConfig(file: string | undefined, overrides: ServeOverri
   if (config.resources.lora) {
     for (const a of config.resources.lora.adapters) a.path = resolve(fileBase, a.path);
   }
+  const kv = config.kv_cache;
+  if (kv.num_blocks !== undefined && kv.memory_fraction !== undefined) {
+    throw new ConfigError(`${label}: kv_cache: give num_blocks or memory_fraction, not both`);
+  }
   if (loraModules && loraModules.length > 0) {
     // Command-line adapters turn LoRA on with the schema's defaults when the file did not.
     if (!config.resources.lora) {
@@ -85,6 +89,15 @@ export function loadServeConfig(file: string | undefined, overrides: ServeOverri
       if (lora.adapters.some((a) => a.name === m.name)) throw new ConfigError(`--lora-modules: adapter ${m.name} is given twice`);
       lora.adapters.push({ name: m.name, path: resolve(process.cwd(), m.path) });
     }
+  }
+  // Requests name adapters as models: each name once, and never the base model's.
+  const names = new Set<string>();
+  for (const a of config.resources.lora?.adapters ?? []) {
+    if (names.has(a.name)) throw new ConfigError(`${label}: resources.lora.adapters: ${a.name} is named twice`);
+    if (a.name === config.served_model_name) {
+      throw new ConfigError(`${label}: resources.lora.adapters: ${a.name} is the served model's name, so requests could never reach the adapter`);
+    }
+    names.add(a.name);
   }
   return config;
 }
@@ -108,11 +121,15 @@ function readYaml(file: string): Record<string, unknown> {
   return value as Record<string, unknown>;
 }
 
-function setPath(target: Record<string, unknown>, path: readonly string[], value: unknown): void {
+/** Sets a flag's value in the file's settings; a section the file gave as something else than a mapping stays an error. */
+function setPath(target: Record<string, unknown>, path: readonly string[], value: unknown, label: string): void {
   let node = target;
-  for (const key of path.slice(0, -1)) {
-    const next = node[key];
-    if (typeof next !== 'object' || next === null || Array.isArray(next)) node[key] = {};
+  for (let i = 0; i < path.length - 1; i++) {
+    const key = path[i], next = node[key];
+    if (next === undefined || next === null) node[key] = {};
+    else if (typeof next !== 'object' || Array.isArray(next)) {
+      throw new ConfigError(`${label}: ${path.slice(0, i + 1).join('.')} must be a mapping, got ${JSON.stringify(next)}`);
+    }
     node = node[key] as Record<string, unknown>;
   }
   node[path[path.length - 1]] = value;

@@ -79,10 +79,16 @@ export function engineLimits(config: ModelConfig, o: EngineOptions, placement: P
   const blockSize = o.kvCache.blockSize;
   const perToken = KvCache.bytesPerToken(config, placement);
   const cuda = placement.device === 'cuda';
-  const bytes = o.kvCache.memoryFraction !== undefined
-    ? memoryShare(o.kvCache.memoryFraction, cuda)
-    : Math.min(cuda ? CUDA_MAX_KV_BYTES : Math.min(CPU_MAX_KV_BYTES, freemem() / 4), o.maxBatchSize * maxModelLen * perToken);
-  const numBlocks = o.kvCache.numBlocks ?? Math.floor(bytes / (perToken * blockSize));
+  if (o.kvCache.numBlocks !== undefined && o.kvCache.memoryFraction !== undefined) {
+    throw new Error('kv_cache: give num_blocks or memory_fraction, not both (num_blocks would win and the fraction mean nothing)');
+  }
+  const blockBytes = perToken * blockSize;
+  // Every row at full length is whole blocks a row (rounding the total down left a full
+  // batch short, and a short max_seq_len no block at all), within the caps.
+  const fullBatch = o.maxBatchSize * Math.ceil(maxModelLen / blockSize);
+  const numBlocks = o.kvCache.numBlocks ?? (o.kvCache.memoryFraction !== undefined
+    ? Math.floor(memoryShare(o.kvCache.memoryFraction, cuda) / blockBytes)
+    : Math.min(fullBatch, Math.floor((cuda ? CUDA_MAX_KV_BYTES : Math.min(CPU_MAX_KV_BYTES, freemem() / 4)) / blockBytes)));
   if (numBlocks < 1) throw new Error(`the KV cache has room for no block of ${blockSize} tokens`);
   // A request must fit the whole cache. Asked-for lengths it cannot hold are an error at
   // start; the model's own (default) length is cut to what it holds, as vLLM does.

@@ -23,6 +23,23 @@ describe('engineLimits', () => {
   });
 });
 
+describe('the default KV cache', () => {
+  const config = tinyModel().config;
+  const sized = { ...base, kvCache: { blockSize: 16 } };
+
+  it('holds every batch row at full length, in whole blocks a row', () => {
+    expect(engineLimits(config, { ...sized, maxBatchSize: 64, maxModelLen: 100 }, CPU).numBlocks).toBe(64 * 7);
+    // Lengths shorter than a block, or not a multiple of one, still get their block.
+    expect(engineLimits(config, { ...sized, maxBatchSize: 1, maxModelLen: 8 }, CPU).numBlocks).toBe(1);
+    expect(engineLimits(config, { ...sized, maxBatchSize: 1, maxModelLen: 24 }, CPU).numBlocks).toBe(2);
+  });
+
+  it('refuses num_blocks and memory_fraction together', () => {
+    expect(() => engineLimits(config, { ...base, kvCache: { blockSize: 16, numBlocks: 8, memoryFraction: 0.5 } }, CPU))
+      .toThrow(/kv_cache: give num_blocks or memory_fraction, not both/);
+  });
+});
+
 describe('kv_cache.memory_fraction', () => {
   it('takes that share of free memory on the cpu', () => {
     const limits = engineLimits(tinyModel().config, { ...base, kvCache: { blockSize: 16, memoryFraction: 0.001 } }, CPU);

@@ -68,7 +68,7 @@ dtype: bf16
 max_seq_len: 4096
 max_batch_size: 8
 max_num_batched_tokens: 512
-kv_cache: { block_size: 32, num_blocks: 1000, memory_fraction: 0.5 }
+kv_cache: { block_size: 32, memory_fraction: 0.5 }
 prefix_cache: false
 server: { host: 0.0.0.0, port: 9000, max_body_bytes: 1000000 }
 `);
@@ -76,7 +76,7 @@ server: { host: 0.0.0.0, port: 9000, max_body_bytes: 1000000 }
     expect(config).toMatchObject({ served_model_name: 'qwen', device: 'cuda', dtype: 'bf16', max_seq_len: 4096, prefix_cache: false });
     expect(engineOptionsOf(config)).toEqual({
       model: '/m', device: 'cuda', dtype: 'bf16', maxModelLen: 4096, maxBatchSize: 8, maxNumBatchedTokens: 512,
-      kvCache: { blockSize: 32, numBlocks: 1000, memoryFraction: 0.5 }, prefixCache: false, onProgress: undefined,
+      kvCache: { blockSize: 32, memoryFraction: 0.5 }, prefixCache: false, onProgress: undefined,
     });
   });
 
@@ -135,6 +135,20 @@ server: { host: 0.0.0.0, port: 9000, max_body_bytes: 1000000 }
     expect(errorOf(yamlFile('- a\n- b\n'))).toMatch(/must be a mapping of settings \(key: value\), got a list/);
     expect(errorOf(yamlFile('model: /a\nmodel: /b\n'))).toMatch(/invalid YAML: .*unique/i);
     expect(errorOf('/no/such/serve.yaml')).toBe('/no/such/serve.yaml: cannot read: ENOENT');
+  });
+
+  it('refuses settings that contradict each other, naming the file', () => {
+    const file = yamlFile('model: /m\nkv_cache: { num_blocks: 8, memory_fraction: 0.5 }\n');
+    expect(errorOf(file)).toBe(`${file}: kv_cache: give num_blocks or memory_fraction, not both`);
+    const twice = yamlFile('model: /m\nresources:\n  lora:\n    adapters: [{ name: a, path: x }, { name: a, path: y }]\n');
+    expect(errorOf(twice)).toBe(`${twice}: resources.lora.adapters: a is named twice`);
+    const shadowed = yamlFile('model: /m\nserved_model_name: base\nresources:\n  lora:\n    adapters: [{ name: base, path: x }]\n');
+    expect(errorOf(shadowed)).toMatch(/resources\.lora\.adapters: base is the served model's name/);
+  });
+
+  it('keeps a bad section an error when a flag sets a key inside it', () => {
+    const file = yamlFile('model: /m\nserver: 8080\n');
+    expect(errorOf(file, { port: 9000 })).toBe(`${file}: server must be a mapping, got 8080`);
   });
 
   it('takes an empty file as all defaults', () => {
