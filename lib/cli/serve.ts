@@ -115,12 +115,16 @@ export async function runServe(args: string[]): Promise<number> {
   if (adapters.length > 0) say(`adapters (use them as "model"): ${adapters.join(', ')}`);
 
   const signal = await new Promise<NodeJS.Signals>((resolve) => {
-    process.once('SIGINT', resolve);
-    process.once('SIGTERM', resolve);
+    const onSignal = (s: NodeJS.Signals) => {
+      process.off('SIGINT', onSignal).off('SIGTERM', onSignal);
+      resolve(s);
+    };
+    process.on('SIGINT', onSignal).on('SIGTERM', onSignal);
   });
   say(`${signal}: shutting down`);
-  // In-flight requests get a grace period; then their connections are cut (which aborts them).
-  const force = setTimeout(() => app.server.closeAllConnections(), SHUTDOWN_GRACE_MS);
+  // In-flight requests get a grace period; then the engine closes, which ends each of them
+  // with an error its client sees (a 500, or an SSE error event), and their connections go.
+  const force = setTimeout(() => void engine.close().finally(() => app.server.closeAllConnections()), SHUTDOWN_GRACE_MS);
   await app.close();
   clearTimeout(force);
   await engine.close();

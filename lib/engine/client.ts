@@ -131,9 +131,16 @@ export class EngineClient {
 
   /**
    * Stops the engine thread between two steps (terminating it inside a native call could
-   * abort the process); requests still open fail with "the engine was closed".
+   * abort the process); requests still open fail with "the engine was closed". A second
+   * call waits for the first.
    */
-  async close(): Promise<void> {
+  close(): Promise<void> {
+    return (this.closing ??= this.stop());
+  }
+
+  private closing?: Promise<void>;
+
+  private async stop(): Promise<void> {
     this.die(new Error('the engine was closed'));
     this.worker.removeAllListeners('exit');
     const exited = new Promise<void>((resolve) => this.worker.once('exit', () => resolve()));
