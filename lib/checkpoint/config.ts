@@ -144,8 +144,12 @@ function identify(r: ConfigReader): { family: ModelFamily; modelType: string; ar
 
 function refuseSlidingWindow(r: ConfigReader, modelType: string): void {
   const window = r.raw['sliding_window'];
-  // Qwen3 configs carry a sliding_window size that is only used when use_sliding_window is set.
-  const active = modelType === 'qwen3' ? r.raw['use_sliding_window'] === true : window != null;
+  // Qwen3 configs carry a sliding_window size that is only used when use_sliding_window is set;
+  // Mistral's is 4096 when the key is absent (transformers' MistralConfig default), so only an
+  // explicit null means full attention there.
+  const active = modelType === 'qwen3' ? r.raw['use_sliding_window'] === true
+    : modelType === 'mistral' ? window !== null
+    : window != null;
   const layerTypes = r.raw['layer_types'];
   if (active || (Array.isArray(layerTypes) && layerTypes.some((t) => t !== 'full_attention'))) {
     r.fail('sliding_window', `sliding-window attention is not supported (model_type ${modelType}, sliding_window ${JSON.stringify(window)})`);

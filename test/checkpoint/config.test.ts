@@ -77,6 +77,9 @@ describe('parseModelConfig', () => {
     const mistral = llamaConfigJson({ model_type: 'mistral', architectures: ['MistralForCausalLM'], sliding_window: null, rope_scaling: null });
     expect(parseModelConfig(mistral).family).toBe('llama');
     expect(() => parseModelConfig({ ...mistral, sliding_window: 4096 })).toThrow(/sliding-window attention is not supported/);
+    // Without the key transformers' MistralConfig uses a 4096-token window: refused too.
+    const { sliding_window: _, ...noKey } = mistral;
+    expect(() => parseModelConfig(noKey)).toThrow(/sliding-window attention is not supported \(model_type mistral, sliding_window undefined\)/);
     expect(() => parseModelConfig(qwen3ConfigJson({ use_sliding_window: true, sliding_window: 4096 })))
       .toThrow(/sliding-window/);
   });
