@@ -99,6 +99,9 @@ export function readAdapter(name: string, dir: string, model: ModelConfig, limit
     const key = path;  // as written in the file, prefix included
     const loc = locateModule(model, model.family, path);
     if (!loc) fail(key, `the ${model.family} model has no module ${path.slice(PREFIX.length)}`);
+    // As PEFT loads it: LoRA layers go only where the config targets (target_modules,
+    // exclude_modules, layers_to_transform); tensors for other modules are ignored.
+    if (!isTargeted(config, loc!.hf, layerOf(loc!.hf))) continue;
     const first = seen.get(loc!.hf);
     if (first !== undefined) fail(key, `names module ${loc!.hf} again (already as ${first})`);
     seen.set(loc!.hf, key);

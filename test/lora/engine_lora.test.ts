@@ -2,7 +2,7 @@
 // refusals that change nothing, and unloading under load.
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { ALL_TARGETS } from '../../lib/lora/adapter.js';
+import { ALL_TARGETS, readAdapter } from '../../lib/lora/adapter.js';
 import { beforeAll, describe, expect, it } from 'vitest';
 
 import type { Engine } from '../../lib/engine/engine.js';
@@ -305,6 +305,15 @@ describe('refused adapters change nothing', () => {
       expect(out.get('run')!.tokens).toEqual((await alone(ps[1], 'qv', 4)).slice(1));
     });
   }
+});
+
+describe('targeting, as PEFT loads an adapter', () => {
+  it('serves only the modules the config targets; tensors for others are ignored', async () => {
+    const { dir } = await writeAdapter(specs([...attn('q_proj'), ...attn('v_proj')], 2), { r: 2, lora_alpha: 2, target_modules: ['q_proj'], layers_to_transform: [1] });
+    const c = tinyModel().config;
+    const adapter = readAdapter('x', dir, c, { maxRank: 8, targets: new Set(TARGETS) });
+    expect(adapter.modules.map((m) => m.hf)).toEqual(['model.layers.1.self_attn.q_proj']);
+  });
 });
 
 describe('closing', () => {
