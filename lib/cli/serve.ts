@@ -72,7 +72,7 @@ export async function runServe(args: string[]): Promise<number> {
 
   // Neither a config nor a model: serve the demo model that ships with the package.
   const demo = values.config === undefined && values.model === undefined ? demoModel() : undefined;
-  if (demo) loraModules.unshift(...demo.adapters);
+  if (demo) loraModules.splice(0, loraModules.length, ...withDemoAdapters(loraModules, demo.adapters));
 
   let config: ServeConfig;
   try {
@@ -129,6 +129,11 @@ export async function runServe(args: string[]): Promise<number> {
   clearTimeout(force);
   await engine.close();
   return 0;
+}
+
+/** The demo's adapters first, then the user's; one the user names again is the user's (a flag overrides). */
+export function withDemoAdapters<T extends { name: string }>(user: readonly T[], demo: readonly T[]): T[] {
+  return [...demo.filter((a) => !user.some((m) => m.name === a.name)), ...user];
 }
 
 /** IPv6 literals need brackets in a URL. */

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 
 import { HELP, runCli } from '../../lib/cli/cli.js';
+import { withDemoAdapters } from '../../lib/cli/serve.js';
 import { captureOutput } from '../cli_output.js';
 import { TINY_QWEN3 } from './helpers.js';
 
@@ -21,6 +22,14 @@ describe('mstar', () => {
     expect(await runCli(['bake'])).toBe(2);
     expect(io.err).toMatch(/^mstar: unknown command "bake"/);
     expect(await runCli([])).toBe(2);
+  });
+
+  it('serve --lora-modules replaces a demo adapter of the same name instead of calling it given twice', () => {
+    const demo = [{ name: 'shout', path: '/demo/shout' }, { name: 'gpl', path: '/demo/gpl' }];
+    expect(withDemoAdapters([{ name: 'shout', path: '/mine' }, { name: 'x', path: '/x' }], demo)).toEqual([
+      { name: 'gpl', path: '/demo/gpl' }, { name: 'shout', path: '/mine' }, { name: 'x', path: '/x' },
+    ]);
+    expect(withDemoAdapters([], demo)).toEqual(demo);
   });
 
   it('serve --help shows its flags', async () => {
