@@ -61,26 +61,21 @@ void siluMul(DType act, void* out, const void* gateUp, int64_t n, int64_t inter)
 
 void siluMulShrink(DType act, void* out, const void* gateUp, int64_t n, int64_t inter, LoraShrinkArgs lora) {
   if (n * inter == 0) return;
-  const FusedShrink how = fusedShrinkFor(n, inter, dtypeSize(act));
-  if (how == FusedShrink::After) {
+  const FusedShrink f = fusedShrinkFor(n, inter, dtypeSize(act), lora.rankRows);
+  if (f.after) {
     siluMul(act, out, gateUp, n, inter);
     return loraShrink(act, lora.t, out, lora.a, lora.numSlots, lora.slotOfRow, n, inter, lora.rankRows, lora.ranks);
   }
-  const bool staged = how == FusedShrink::Staged;
-  const int rb = staged ? stagedRankRows(n, lora.rankRows) : 0;
-  const int64_t perRow = staged ? stagedBlocksPerRow(lora.rankRows, rb) : lora.rankRows;
-  const dim3 grid(unsigned(n), unsigned(std::max<int64_t>(1, perRow)));
-  const size_t stageBytes = staged ? size_t(inter) * dtypeSize(act) : 0;
   withAct(act, [&](auto t) {
     withFloat(lora.a.dtype, [&](auto at) {
       using T = decltype(t);
       using A = decltype(at);
       const bool vec = runsOf8(lora.a.data, inter, sizeof(A));
       const bool vecRow = runsOf8(gateUp, inter, sizeof(T)) && runsOf8(out, inter, sizeof(T));
-      siluMulShrinkKernel<T, A><<<grid, 256, stageBytes, stream()>>>(static_cast<T*>(out), static_cast<const T*>(gateUp), inter,
+      siluMulShrinkKernel<T, A><<<f.grid, 256, f.stageBytes, stream()>>>(static_cast<T*>(out), static_cast<const T*>(gateUp), inter,
                                                                  static_cast<T*>(lora.t), static_cast<const A*>(lora.a.data),
                                                                  lora.numSlots, lora.slotOfRow, lora.rankRows, vec,
-                                                                 staged, vecRow, rb, lora.ranks);
+                                                                 f.staged, vecRow, f.rb, lora.ranks);
     });
   });
   checkLaunch("siluMulShrink kernel");

@@ -125,16 +125,11 @@ void addRmsNorm(DType act, void* residual, const void* x, Weights w, void* out, 
 void rmsNormShrink(DType act, void* out, const void* x, Weights w, int64_t rows, int64_t dim, float eps,
                    LoraShrinkArgs lora) {
   if (rows == 0) return;
-  const FusedShrink how = fusedShrinkFor(rows, dim, dtypeSize(act));
-  if (how == FusedShrink::After) {
+  const FusedShrink f = fusedShrinkFor(rows, dim, dtypeSize(act), lora.rankRows);
+  if (f.after) {
     rmsNorm(act, out, x, w, rows, dim, eps);
     return loraShrink(act, lora.t, out, lora.a, lora.numSlots, lora.slotOfRow, rows, dim, lora.rankRows, lora.ranks);
   }
-  const bool staged = how == FusedShrink::Staged;
-  const int rb = staged ? stagedRankRows(rows, lora.rankRows) : 0;
-  const int64_t perRow = staged ? stagedBlocksPerRow(lora.rankRows, rb) : lora.rankRows;
-  const dim3 grid(unsigned(rows), unsigned(std::max<int64_t>(1, perRow)));
-  const size_t stageBytes = staged ? size_t(dim) * dtypeSize(act) : 0;
   withAct(act, [&](auto t) {
     withFloat(w.dtype, [&](auto wt) {
       withFloat(lora.a.dtype, [&](auto at) {
@@ -144,10 +139,10 @@ void rmsNormShrink(DType act, void* out, const void* x, Weights w, int64_t rows,
         const bool vec = runsOf8(lora.a.data, dim, sizeof(A));
         const bool vecRow = runsOf8(x, dim, sizeof(T)) && runsOf8(out, dim, sizeof(T)) &&
                             runsOf8(w.data, dim, sizeof(W));
-        rmsNormShrinkKernel<T, W, A><<<grid, kThreads, stageBytes, stream()>>>(
+        rmsNormShrinkKernel<T, W, A><<<f.grid, kThreads, f.stageBytes, stream()>>>(
             static_cast<T*>(out), static_cast<const T*>(x), static_cast<const W*>(w.data), dim, eps,
             static_cast<T*>(lora.t), static_cast<const A*>(lora.a.data), lora.numSlots, lora.slotOfRow, lora.rankRows,
-            vec, staged, vecRow, rb, lora.ranks);
+            vec, f.staged, vecRow, f.rb, lora.ranks);
       });
     });
   });

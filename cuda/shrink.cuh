@@ -184,19 +184,34 @@ constexpr int64_t kStagedShrinkRows = 64;
 // staging kernels' own (reduction partials, 1.3 KiB) come off the top, with room to spare.
 constexpr int64_t kStageBytes = 46 * 1024;
 
-// How a producing kernel (RMSNorm, SiLU·mul) shrinks the n rows it makes of `in` elements.
-enum class FusedShrink { ByBlock, Staged, After };
-inline FusedShrink fusedShrinkFor(int64_t n, int64_t in, size_t elem) {
-  if (n <= kFusedShrinkRows) return FusedShrink::ByBlock;
-  if (n <= kStagedShrinkRows && in * int64_t(elem) <= kStageBytes) return FusedShrink::Staged;
-  return FusedShrink::After;
-}
-
 // Rank rows to a block in the staged layout: 8, or 4 or 2 where n rows of 8 would leave
 // SMs without a block (measured: SiLU·mul's 16 rank rows at 32 rows were 64 blocks).
 int stagedRankRows(int64_t n, int64_t rankRows);
 // Blocks a row takes in the staged layout, rb rank rows each.
 inline int64_t stagedBlocksPerRow(int64_t rankRows, int rb) { return std::max<int64_t>(1, (rankRows + rb - 1) / rb); }
+
+// How a producing kernel (RMSNorm, SiLU·mul) shrinks the n rows it makes of `in` elements
+// of `elem` bytes: after (the plain op, then loraShrink), or in its own launch of `grid`
+// blocks, staged (rb rank rows a block, stageBytes of dynamic shared memory) or by block.
+struct FusedShrink {
+  bool after = false, staged = false;
+  int rb = 0;
+  dim3 grid;
+  size_t stageBytes = 0;
+};
+inline FusedShrink fusedShrinkFor(int64_t n, int64_t in, size_t elem, int64_t rankRows) {
+  FusedShrink f;
+  if (n > kFusedShrinkRows && (n > kStagedShrinkRows || in * int64_t(elem) > kStageBytes)) {
+    f.after = true;
+    return f;
+  }
+  f.staged = n > kFusedShrinkRows;
+  f.rb = f.staged ? stagedRankRows(n, rankRows) : 0;
+  const int64_t perRow = f.staged ? stagedBlocksPerRow(rankRows, f.rb) : rankRows;
+  f.grid = dim3(unsigned(n), unsigned(std::max<int64_t>(1, perRow)));
+  f.stageBytes = f.staged ? size_t(in) * elem : 0;
+  return f;
+}
 
 // Whether rows of `in` elements of `elem` bytes from p can be read in runs of 8 elements
 // with 16-byte loads (the vec paths): p aligned, every row starting on a 16-byte boundary,
