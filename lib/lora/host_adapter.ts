@@ -35,7 +35,6 @@ async function allSettled<T>(work: Promise<T>[]): Promise<T[]> {
 export class HostAdapter {
   private constructor(readonly adapter: Adapter, readonly modules: HostModule[]) {}
 
-
   /** Reads every A and B; checks PEFT's saved base copies against the served base weights. */
   static async read(adapter: Adapter, base: Weights, placement: Placement): Promise<HostAdapter> {
     const owned: Tensor[] = [];
