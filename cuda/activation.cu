@@ -8,6 +8,7 @@ namespace {
 // gateUp rows are [gate | up]; the CPU's formula g / (1 + e^-g) * u, with expf.
 template <typename T>
 __global__ void siluMulKernel(T* out, const T* gateUp, int64_t n, int64_t inter) {
+  awaitPrior();
   int64_t total = n * inter;
   for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < total; j += int64_t(gridDim.x) * blockDim.x) {
     int64_t r = j / inter, i = j % inter;
@@ -23,6 +24,7 @@ template <typename T, typename A>
 __global__ void siluMulShrinkKernel(T* __restrict__ out, const T* __restrict__ gateUp, int64_t inter, T* t, const A* a,
                                     int64_t numSlots, const int32_t* slotOfRow, int64_t rankRows, bool vec, bool staged,
                                     bool vecRow, int rb, SlotRanks sr) {
+  awaitPrior();
   const int64_t row = blockIdx.x;
   const int32_t slot = slotOfRow[row];  // loaded first: the shrink waits for it last
   const T* g = gateUp + row * 2 * inter;
@@ -41,6 +43,7 @@ __global__ void siluMulShrinkKernel(T* __restrict__ out, const T* __restrict__ g
 
 template <typename T>
 __global__ void addKernel(T* out, const T* a, const T* b, int64_t n) {
+  awaitPrior();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     out[i] = fromF<T>(toF(a[i]) + toF(b[i]));
 }
@@ -54,9 +57,9 @@ void siluMul(DType act, void* out, const void* gateUp, int64_t n, int64_t inter)
   if (n * inter == 0) return;
   withAct(act, [&](auto t) {
     using T = decltype(t);
-    siluMulKernel<T><<<gridFor(n * inter), 256, 0, stream()>>>(static_cast<T*>(out), static_cast<const T*>(gateUp), n, inter);
+    launch("siluMul kernel", siluMulKernel<T>, gridFor(n * inter), 256, 0, static_cast<T*>(out),
+        static_cast<const T*>(gateUp), n, inter);
   });
-  checkLaunch("siluMul kernel");
 }
 
 void siluMulShrink(DType act, void* out, const void* gateUp, int64_t n, int64_t inter, LoraShrinkArgs lora) {
@@ -72,22 +75,20 @@ void siluMulShrink(DType act, void* out, const void* gateUp, int64_t n, int64_t 
       using A = decltype(at);
       const bool vec = runsOf8(lora.a.data, inter, sizeof(A));
       const bool vecRow = runsOf8(gateUp, inter, sizeof(T)) && runsOf8(out, inter, sizeof(T));
-      siluMulShrinkKernel<T, A><<<f.grid, 256, f.stageBytes, stream()>>>(static_cast<T*>(out), static_cast<const T*>(gateUp), inter,
-                                                                 static_cast<T*>(lora.t), static_cast<const A*>(lora.a.data),
-                                                                 lora.numSlots, lora.slotOfRow, lora.rankRows, vec,
-                                                                 f.staged, vecRow, f.rb, lora.ranks);
+      launch("siluMulShrink kernel", siluMulShrinkKernel<T, A>, f.grid, 256, f.stageBytes, static_cast<T*>(out),
+          static_cast<const T*>(gateUp), inter, static_cast<T*>(lora.t), static_cast<const A*>(lora.a.data),
+          lora.numSlots, lora.slotOfRow, lora.rankRows, vec, f.staged, vecRow, f.rb, lora.ranks);
     });
   });
-  checkLaunch("siluMulShrink kernel");
 }
 
 void add(DType act, void* out, const void* a, const void* b, int64_t n) {
   if (n == 0) return;
   withAct(act, [&](auto t) {
     using T = decltype(t);
-    addKernel<T><<<gridFor(n), 256, 0, stream()>>>(static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n);
+    launch("add kernel", addKernel<T>, gridFor(n), 256, 0, static_cast<T*>(out), static_cast<const T*>(a),
+        static_cast<const T*>(b), n);
   });
-  checkLaunch("add kernel");
 }
 
 }  // namespace mstar::gpu

@@ -180,6 +180,7 @@ __device__ __forceinline__ float groupSum(float v) {
 // lane / LPK hold elements [sub * EPL, sub * EPL + EPL) of one key row.
 template <typename T, typename C, int HD, int GT>
 __global__ __launch_bounds__(kWarps * 32) void streamKernel(Args p) {
+  awaitPrior();
   constexpr int EPL = 16 / int(sizeof(C));  // elements per 16-byte load
   constexpr int LPK = HD / EPL;             // lanes per key row
   constexpr int KPW = 32 / LPK;             // keys per warp per load round
@@ -311,6 +312,7 @@ __global__ __launch_bounds__(kWarps * 32) void streamKernel(Args p) {
 
 template <typename T, typename C, int DPL, int GT>
 __global__ __launch_bounds__(kWarps * 32) void generalKernel(Args p, bool vec) {
+  awaitPrior();
   __shared__ float sM[kWarps][GT], sL[kWarps][GT];
   __shared__ float sAcc[kWarps][GT][32 * DPL];
   const int64_t t = blockIdx.x;
@@ -411,6 +413,7 @@ __global__ __launch_bounds__(kWarps * 32) void generalKernel(Args p, bool vec) {
 // context in a wide table fills only the first few).
 template <typename T>
 __global__ void combineKernel(Args p, bool streamed) {
+  awaitPrior();
   const int64_t t = blockIdx.x;
   const int64_t count = keysOf(p, t).count;
   const int64_t per = streamed ? streamShare(p, count) : p.splitKeys;
@@ -439,20 +442,20 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 template <typename T, typename C, int DPL>
 void launchGeneral(int gt, dim3 grid, const Args& a, bool vec) {
   switch (gt) {
-    case 8: generalKernel<T, C, DPL, 8><<<grid, kWarps * 32, 0, stream()>>>(a, vec); break;
-    case 4: generalKernel<T, C, DPL, 4><<<grid, kWarps * 32, 0, stream()>>>(a, vec); break;
-    case 2: generalKernel<T, C, DPL, 2><<<grid, kWarps * 32, 0, stream()>>>(a, vec); break;
-    default: generalKernel<T, C, DPL, 1><<<grid, kWarps * 32, 0, stream()>>>(a, vec); break;
+    case 8: launch("pagedAttention kernel", generalKernel<T, C, DPL, 8>, grid, kWarps * 32, 0, a, vec); break;
+    case 4: launch("pagedAttention kernel", generalKernel<T, C, DPL, 4>, grid, kWarps * 32, 0, a, vec); break;
+    case 2: launch("pagedAttention kernel", generalKernel<T, C, DPL, 2>, grid, kWarps * 32, 0, a, vec); break;
+    default: launch("pagedAttention kernel", generalKernel<T, C, DPL, 1>, grid, kWarps * 32, 0, a, vec); break;
   }
 }
 
 template <typename T, typename C, int HD>
 void launchStream(int gt, dim3 grid, const Args& a) {
   switch (gt) {
-    case 8: streamKernel<T, C, HD, 8><<<grid, kWarps * 32, 0, stream()>>>(a); break;
-    case 4: streamKernel<T, C, HD, 4><<<grid, kWarps * 32, 0, stream()>>>(a); break;
-    case 2: streamKernel<T, C, HD, 2><<<grid, kWarps * 32, 0, stream()>>>(a); break;
-    default: streamKernel<T, C, HD, 1><<<grid, kWarps * 32, 0, stream()>>>(a); break;
+    case 8: launch("pagedAttention kernel", streamKernel<T, C, HD, 8>, grid, kWarps * 32, 0, a); break;
+    case 4: launch("pagedAttention kernel", streamKernel<T, C, HD, 4>, grid, kWarps * 32, 0, a); break;
+    case 2: launch("pagedAttention kernel", streamKernel<T, C, HD, 2>, grid, kWarps * 32, 0, a); break;
+    default: launch("pagedAttention kernel", streamKernel<T, C, HD, 1>, grid, kWarps * 32, 0, a); break;
   }
 }
 
@@ -516,12 +519,10 @@ void pagedAttention(DType act, void* out, const void* qkv, KvCache c, const int3
       } else if (dpl == 2) launchGeneral<T, C, 2>(gt, grid, a, vec);
       else if (dpl == 4) launchGeneral<T, C, 4>(gt, grid, a, vec);
       else launchGeneral<T, C, 8>(gt, grid, a, vec);
-      checkLaunch("pagedAttention kernel");
       if (splits > 1 && !a.tickets) {
         dim3 cgrid(unsigned(numTokens), unsigned(l.numHeads));
         int threads = std::min(256, (l.headDim + 31) / 32 * 32);
-        combineKernel<T><<<cgrid, threads, 0, stream()>>>(a, streamed);
-        checkLaunch("pagedAttention combine kernel");
+        launch("pagedAttention combine kernel", combineKernel<T>, cgrid, threads, 0, a, streamed);
       }
     });
   });

@@ -82,6 +82,7 @@ __device__ __forceinline__ bool tileOf(const PrefillArgs& p, int& seq, int64_t& 
 
 template <int HD>
 __global__ __launch_bounds__(kThreads) void prefillKernel(PrefillArgs p) {
+  awaitPrior();
   constexpr int kStride = HD + 8;  // smem row pitch (elements): 16-byte rows, no bank conflicts
   constexpr int kSteps = HD / 16;  // k-steps of Q·Kᵀ
   __shared__ alignas(16) bf16 sK[kKeys * kStride];
@@ -261,9 +262,8 @@ void prefillAttention(void* out, const void* qkv, KvCache c, const int32_t* bloc
                 c.numBlocks, int(c.blockSize), l.numHeads, l.numKvHeads, l.rowWidth(), scale};
   // Enough tiles for any split of the tokens over the sequences; the extra blocks exit.
   const dim3 grid{unsigned((numTokens + kRows - 1) / kRows + numSeqs), unsigned(l.numHeads)};
-  if (l.headDim == 64) prefillKernel<64><<<grid, kThreads, 0, stream()>>>(a);
-  else prefillKernel<128><<<grid, kThreads, 0, stream()>>>(a);
-  checkLaunch("pagedAttention prefill kernel");
+  if (l.headDim == 64) launch("pagedAttention prefill kernel", prefillKernel<64>, grid, kThreads, 0, a);
+  else launch("pagedAttention prefill kernel", prefillKernel<128>, grid, kThreads, 0, a);
 }
 
 }  // namespace mstar::gpu

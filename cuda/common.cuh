@@ -21,13 +21,14 @@ using f16 = __half;
 cudaStream_t stream();
 // Multiprocessors of the current device (cached).
 int smCount();
+// Whether launch() lets kernels overlap the one before them (see below): compute
+// capability 9.0 or newer, and MSTAR_PDL not 0.
+bool dependentLaunch();
 
 [[noreturn]] void throwCuda(cudaError_t e, const char* what);
 inline void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throwCuda(e, what);
 }
-// After a launch: a bad configuration shows up here, a fault in the kernel at the next sync.
-inline void checkLaunch(const char* what) { check(cudaGetLastError(), what); }
 
 // Stream-ordered scratch memory (from the device's pool), freed on the stream when it
 // goes out of scope: later work on the stream may reuse it, never earlier work.
@@ -54,6 +55,45 @@ void noteAlloc(void* p);
 bool holdRelease(void* p) noexcept;
 // Runs f now, or once the capture in progress ends (host-side cleanup that would wait).
 void runOrDefer(std::function<void()> f) noexcept;
+
+// ---- programmatic dependent launch ------------------------------------------------------
+// A step is hundreds of short kernels, each bound by its launch and its first memory round
+// trip more than by bandwidth. On Hopper, a kernel launched by launch() may become resident
+// while the kernel before it on the stream still runs: it can prefetch what no op writes
+// (weights) meanwhile, and then starts as soon as the previous kernel ends.
+//
+// The rule: every block of a kernel launched so calls awaitPrior() before it touches memory
+// an earlier op writes or reads (and before any return): the wait ends once the previous
+// kernel has completed and its writes are visible, which by induction means every earlier
+// op. Then it lets the next kernel launch (it becomes resident only once this kernel's
+// blocks all are, so it never takes their place). Built for sm_80 this is a no-op, and
+// launch() then launches plainly.
+__device__ __forceinline__ void awaitPrior() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Fetches the 128-byte line holding p into L2, without waiting for it.
+__device__ __forceinline__ void prefetchL2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+// kernel<<<grid, block, shared, stream()>>>(args...), as a dependent launch where the device
+// has them; `what` names it in an error. The kernel must follow awaitPrior()'s rule.
+template <typename... Params, typename... Args>
+void launch(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, Args... args) {
+  cudaLaunchAttribute dependent;
+  dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  dependent.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared;
+  config.stream = stream();
+  config.attrs = &dependent;
+  config.numAttrs = dependentLaunch() ? 1 : 0;
+  check(cudaLaunchKernelEx(&config, kernel, Params(args)...), what);
+}
 
 inline unsigned blocksFor(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
 

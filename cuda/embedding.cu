@@ -8,6 +8,7 @@ namespace {
 // (the binding cannot check ids in device memory without waiting for the GPU).
 template <typename T, typename W>
 __global__ void embeddingKernel(T* out, const W* table, int64_t tableRows, const int32_t* ids, int64_t dim) {
+  awaitPrior();
   int64_t r = blockIdx.x;
   int32_t id = ids[r];
   bool ok = id >= 0 && id < tableRows;
@@ -24,11 +25,10 @@ void embedding(DType act, void* out, Weights table, int64_t tableRows, const int
     withFloat(table.dtype, [&](auto w) {
       using T = decltype(t);
       using W = decltype(w);
-      embeddingKernel<T, W><<<unsigned(n), 256, 0, stream()>>>(static_cast<T*>(out), static_cast<const W*>(table.data),
-                                                                tableRows, ids, dim);
+      launch("embedding kernel", embeddingKernel<T, W>, unsigned(n), 256, 0, static_cast<T*>(out),
+          static_cast<const W*>(table.data), tableRows, ids, dim);
     });
   });
-  checkLaunch("embedding kernel");
 }
 
 }  // namespace mstar::gpu

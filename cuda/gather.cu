@@ -7,6 +7,7 @@ namespace {
 // One block per output row; an index outside x gives zeros rather than a fault.
 template <typename T>
 __global__ void gatherKernel(T* out, const T* x, int64_t xRows, const int32_t* idx, int64_t dim) {
+  awaitPrior();
   int64_t r = blockIdx.x;
   int32_t i = idx[r];
   bool ok = i >= 0 && i < xRows;
@@ -20,9 +21,9 @@ void gatherRows(DType act, void* out, const void* x, int64_t xRows, const int32_
   if (m == 0 || dim == 0) return;
   withAct(act, [&](auto t) {
     using T = decltype(t);
-    gatherKernel<T><<<unsigned(m), 256, 0, stream()>>>(static_cast<T*>(out), static_cast<const T*>(x), xRows, idx, dim);
+    launch("gatherRows kernel", gatherKernel<T>, unsigned(m), 256, 0, static_cast<T*>(out), static_cast<const T*>(x),
+        xRows, idx, dim);
   });
-  checkLaunch("gatherRows kernel");
 }
 
 }  // namespace mstar::gpu

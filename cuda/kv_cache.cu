@@ -9,6 +9,7 @@ namespace {
 template <typename T, typename C>
 __global__ void kvWriteKernel(C* kCache, C* vCache, const T* qkv, const int32_t* slots, int64_t numSlots,
                               int64_t kOffset, int64_t rowWidth, int64_t kvWidth) {
+  awaitPrior();
   int64_t t = blockIdx.x;
   int64_t slot = slots[t];
   if (slot < 0 || slot >= numSlots) return;
@@ -29,12 +30,11 @@ void kvWrite(DType act, KvCache c, const void* qkv, const int32_t* slots, int64_
     withAct(c.dtype, [&](auto cache) {
       using T = decltype(t);
       using C = decltype(cache);
-      kvWriteKernel<T, C><<<unsigned(n), 128, 0, stream()>>>(static_cast<C*>(c.k), static_cast<C*>(c.v),
-                                                              static_cast<const T*>(qkv), slots, c.numBlocks * c.blockSize,
-                                                              int64_t(l.numHeads) * l.headDim, l.rowWidth(), kvWidth);
+      launch("kvWrite kernel", kvWriteKernel<T, C>, unsigned(n), 128, 0, static_cast<C*>(c.k), static_cast<C*>(c.v),
+          static_cast<const T*>(qkv), slots, c.numBlocks * c.blockSize, int64_t(l.numHeads) * l.headDim, l.rowWidth(),
+          kvWidth);
     });
   });
-  checkLaunch("kvWrite kernel");
 }
 
 }  // namespace mstar::gpu

@@ -6,6 +6,8 @@
 //    accumulate, bf16 out), bias added after by a small kernel. (The GEMV measured 18% of
 //    HBM bandwidth at n = 8 and 9% at n = 16 on an H200: every warp re-reads all of x.)
 //  - otherwise (f32 activations, f16/f32 weights, no cuBLASLt): a plain tiled kernel.
+#include <algorithm>
+
 #include "common.cuh"
 #include "cublaslt.h"
 
@@ -14,6 +16,9 @@ namespace {
 
 constexpr int kGemvWarps = 8;
 constexpr int kMaxGemvRows = 4;
+// How much of a GEMV's weights it prefetches into L2 (of the H200's 50 MB) while the kernel
+// before it runs: what HBM can deliver in a few microseconds.
+constexpr int64_t kPrefetchBytes = 16 << 20;
 
 // One warp per output feature. VEC: each lane takes 8 consecutive elements per step (one
 // 16-byte load of bf16 weights), which needs in % 8 == 0 and 16-byte aligned rows.
@@ -75,9 +80,18 @@ struct LaneExpand {
 template <typename T, typename W, int NR, bool VEC>
 __global__ __launch_bounds__(kGemvWarps * 32) void gemvKernel(T* out, const T* x, const W* w, const void* bias,
                                                                DType biasType, int n, int64_t in, int64_t outF,
-                                                               LoraExpandArgs lora, bool accumulate) {
+                                                               LoraExpandArgs lora, bool accumulate,
+                                                               unsigned prefetchBlocks) {
   int64_t o = blockIdx.x * int64_t(kGemvWarps) + threadIdx.x / 32;
   int lane = threadIdx.x % 32;
+  const W* wr = w + o * in;
+  // While the kernel before this one finishes (a dependent launch), the warp's weight row
+  // heads for L2 (no op of a step writes weights), so that the loop below reads it from
+  // there. Only the first prefetchBlocks blocks: more would evict one another unread.
+  if (blockIdx.x < prefetchBlocks && o < outF)
+    for (int64_t byte = lane * 128; byte < in * int64_t(sizeof(W)); byte += 32 * 128)
+      prefetchL2(reinterpret_cast<const char*>(wr) + byte);
+  awaitPrior();
   if (o >= outF) return;
   // What out holds already is read first, so its latency hides behind the weight loads.
   float before = accumulate && lane < n ? toF(out[lane * outF + o]) : 0.0f;
@@ -85,7 +99,6 @@ __global__ __launch_bounds__(kGemvWarps * 32) void gemvKernel(T* out, const T* x
   // rows, holding them through the loop cost 20 registers a thread (3 blocks an SM, not 5).
   LaneExpand<T, NR> expand;
   if (NR == 1 && lora.t) expand.load(lora, o, n, outF, lane);
-  const W* wr = w + o * in;
   float acc[NR];
 #pragma unroll
   for (int r = 0; r < NR; ++r) acc[r] = 0;
@@ -135,6 +148,7 @@ constexpr int kBM = 64, kBN = 64, kBK = 16;
 template <typename T, typename W>
 __global__ __launch_bounds__(256) void gemmKernel(T* out, const T* x, const W* w, const void* bias, DType biasType,
                                                   int64_t n, int64_t in, int64_t outF, bool accumulate) {
+  awaitPrior();
   __shared__ float xs[kBK][kBM + 4];
   __shared__ float ws[kBK][kBN + 4];
   int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
@@ -182,6 +196,7 @@ __global__ __launch_bounds__(256) void gemmKernel(T* out, const T* x, const W* w
 template <typename T>
 __global__ void epilogueKernel(T* out, const T* product, const void* bias, DType biasType, int64_t n, int64_t outF,
                                bool accumulate) {
+  awaitPrior();
   for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < n * outF; j += int64_t(gridDim.x) * blockDim.x) {
     T y = bias ? fromF<T>(toF(product[j]) + loadAny(bias, biasType, j % outF)) : product[j];
     out[j] = accumulate ? fromF<T>(toF(out[j]) + toF(y)) : y;
@@ -193,13 +208,14 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 template <typename T, typename W, int NR>
 void launchGemv(T* out, const T* x, const W* w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
                 const LoraExpandArgs& lora, bool accumulate) {
-  unsigned grid = blocksFor(outF, kGemvWarps);
+  const unsigned grid = blocksFor(outF, kGemvWarps);
+  const int64_t blockBytes = kGemvWarps * in * int64_t(sizeof(W));
+  const unsigned prefetch = blockBytes ? unsigned(std::min<int64_t>(grid, kPrefetchBytes / blockBytes)) : 0;
   const void* b = bias ? bias->data : nullptr;
   DType bt = bias ? bias->dtype : DType::F32;
-  if (in % 8 == 0 && aligned16(x) && aligned16(w))
-    gemvKernel<T, W, NR, true><<<grid, kGemvWarps * 32, 0, stream()>>>(out, x, w, b, bt, int(n), in, outF, lora, accumulate);
-  else
-    gemvKernel<T, W, NR, false><<<grid, kGemvWarps * 32, 0, stream()>>>(out, x, w, b, bt, int(n), in, outF, lora, accumulate);
+  const bool vec = in % 8 == 0 && aligned16(x) && aligned16(w);
+  launch("linear GEMV kernel", vec ? gemvKernel<T, W, NR, true> : gemvKernel<T, W, NR, false>, grid, kGemvWarps * 32,
+      0, out, x, w, b, bt, int(n), in, outF, lora, accumulate, prefetch);
 }
 
 // n <= kMaxGemvRows rows; lora.t null: no LoRA.
@@ -216,7 +232,6 @@ void gemv(DType act, void* out, const void* x, Weights w, const Weights* bias, i
       else launchGemv<T, W, kMaxGemvRows>(o, xp, wp, bias, n, in, outF, lora, accumulate);
     });
   });
-  checkLaunch("linear GEMV kernel");
 }
 
 }  // namespace
@@ -232,10 +247,9 @@ void linear(DType act, void* out, const void* x, Weights w, const Weights* bias,
     if (cublaslt::gemmBf16(dst, x, w.data, n, in, outF, stream())) {
       if (bias || accumulate) {
         unsigned grid = unsigned(std::min<int64_t>(blocksFor(n * outF, 256), smCount() * 8));
-        epilogueKernel<bf16><<<grid, 256, 0, stream()>>>(static_cast<bf16*>(out), static_cast<const bf16*>(dst),
-                                                          bias ? bias->data : nullptr, bias ? bias->dtype : DType::F32,
-                                                          n, outF, accumulate);
-        checkLaunch("linear epilogue kernel");
+        launch("linear epilogue kernel", epilogueKernel<bf16>, grid, 256, 0, static_cast<bf16*>(out),
+            static_cast<const bf16*>(dst),
+            bias ? bias->data : nullptr, bias ? bias->dtype : DType::F32, n, outF, accumulate);
       }
       return;
     }
@@ -245,12 +259,11 @@ void linear(DType act, void* out, const void* x, Weights w, const Weights* bias,
       using T = decltype(t);
       using W = decltype(wt);
       dim3 grid(blocksFor(outF, kBN), blocksFor(n, kBM));
-      gemmKernel<T, W><<<grid, 256, 0, stream()>>>(static_cast<T*>(out), static_cast<const T*>(x),
-                                                   static_cast<const W*>(w.data), bias ? bias->data : nullptr,
-                                                   bias ? bias->dtype : DType::F32, n, in, outF, accumulate);
+      launch("linear kernel", gemmKernel<T, W>, grid, 256, 0, static_cast<T*>(out), static_cast<const T*>(x),
+          static_cast<const W*>(w.data),
+          bias ? bias->data : nullptr, bias ? bias->dtype : DType::F32, n, in, outF, accumulate);
     });
   });
-  checkLaunch("linear kernel");
 }
 
 void linearExpand(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in,

@@ -36,6 +36,7 @@ int64_t tileRowsFor(int64_t n, int64_t blocksPerRowTile) {
 template <typename T, typename A>
 __global__ void shrinkKernel(T* t, const T* x, const A* a, int64_t numSlots, const int32_t* slotOfRow, int64_t in,
                              int64_t rankRows, bool vec, SlotRanks sr) {
+  awaitPrior();
   const int64_t r = blockIdx.x;  // rows on x: y and z are limited to 65535
   const T* xr = x + r * in;
   auto xAt = [&](int64_t i) { return toF(xr[i]); };
@@ -46,6 +47,7 @@ __global__ void shrinkKernel(T* t, const T* x, const A* a, int64_t numSlots, con
 template <typename T, typename A>
 __global__ void shrinkRowsKernel(T* t, const T* x, const A* a, int64_t numSlots, const int32_t* slotOfRow, int64_t in,
                                  int64_t rankRows, int rb, bool vec, SlotRanks sr) {
+  awaitPrior();
   const int64_t r = blockIdx.x;
   const T* xr = x + r * in;
   shrinkRowsByBlock(t, a, numSlots, slotOfRow[r], r, int64_t(blockIdx.y) * rb, rb, rankRows, in, vec, sr,
@@ -61,6 +63,7 @@ template <typename T, typename A, int TR>
 __global__ void __launch_bounds__(kShrinkThreads)
     shrinkTileKernel(T* t, const T* x, const A* a, int64_t numSlots, const int32_t* slotOfRow, int64_t n, int64_t in,
                      int64_t rankRows, bool vec, SlotRanks sr) {
+  awaitPrior();
   const int lane = threadIdx.x % 32;
   const int64_t k = int64_t(blockIdx.y) * kShrinkWarps + threadIdx.x / 32;
   if (k >= rankRows) return;  // the whole warp, and nothing below syncs the block
@@ -132,6 +135,7 @@ __global__ void __launch_bounds__(kExpandThreads)
     expandKernel(T* __restrict__ out, const T* __restrict__ delta, const T* __restrict__ t, const W* __restrict__ b,
                  int64_t numSlots, const int32_t* slotOfRow, const int32_t* sliceStarts, int numSlices, int64_t n,
                  int64_t outF, int64_t rank, int tileRows, bool vec, SlotRanks sr) {
+  awaitPrior();
   const int64_t o = blockIdx.y * int64_t(blockDim.x) + threadIdx.x;
   if (o >= outF) return;
   int s = 0;
@@ -166,6 +170,7 @@ __global__ void __launch_bounds__(kExpandThreads)
 
 __global__ void copyRegionKernel(void* dst, DType dt, int64_t dstCols, const void* src, DType st, int64_t rows,
                                  int64_t cols, int64_t rowOffset, int64_t colOffset, float scale, bool transpose) {
+  awaitPrior();
   int64_t outRows = transpose ? cols : rows, outCols = transpose ? rows : cols;
   for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < outRows * outCols;
        j += int64_t(gridDim.x) * blockDim.x) {
@@ -176,6 +181,7 @@ __global__ void copyRegionKernel(void* dst, DType dt, int64_t dstCols, const voi
 }
 
 __global__ void fillKernel(void* t, DType dt, int64_t n, float value) {
+  awaitPrior();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     storeAny(t, dt, i, value);
 }
@@ -184,6 +190,7 @@ __global__ void fillKernel(void* t, DType dt, int64_t n, float value) {
 // their bit patterns, so an integer atomicMax finds it; a NaN sets the flag instead.
 __global__ void maxAbsDiffKernel(const void* a, DType at, const void* b, DType bt, int64_t n,
                                  unsigned long long* result) {
+  awaitPrior();
   double m = 0;
   bool nan = false;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
@@ -219,25 +226,26 @@ void loraShrink(DType act, void* t, const void* x, Weights a, int64_t numSlots, 
       // Braces: with parentheses these lines would declare functions.
       if (n <= kFusedShrinkRows) {
         const dim3 grid{unsigned(n), unsigned(rankRows)};
-        shrinkKernel<T, W><<<grid, kShrinkThreads, 0, stream()>>>(tp, xp, ap, numSlots, slotOfRow, in, rankRows, vecA, ranks);
+        launch("loraShrink kernel", shrinkKernel<T, W>, grid, kShrinkThreads, 0, tp, xp, ap, numSlots, slotOfRow, in,
+            rankRows, vecA, ranks);
       } else if (n <= kStagedShrinkRows) {
         const int rb = stagedRankRows(n, rankRows);
         const dim3 grid{unsigned(n), unsigned(stagedBlocksPerRow(rankRows, rb))};
-        shrinkRowsKernel<T, W><<<grid, kShrinkThreads, 0, stream()>>>(tp, xp, ap, numSlots, slotOfRow, in, rankRows, rb, vec,
-                                                                       ranks);
+        launch("loraShrink kernel", shrinkRowsKernel<T, W>, grid, kShrinkThreads, 0, tp, xp, ap, numSlots, slotOfRow,
+            in, rankRows, rb, vec, ranks);
       } else {
         const int64_t groups = (rankRows + kShrinkWarps - 1) / kShrinkWarps, tile = tileRowsFor(n, groups);
         const dim3 grid{unsigned((n + tile - 1) / tile), unsigned(groups)};
-        auto launch = [&](auto kernel) {
-          kernel<<<grid, kShrinkThreads, 0, stream()>>>(tp, xp, ap, numSlots, slotOfRow, n, in, rankRows, vec, ranks);
+        auto tiled = [&](auto kernel) {
+          launch("loraShrink tile kernel", kernel, grid, kShrinkThreads, 0, tp, xp, ap, numSlots, slotOfRow, n, in,
+              rankRows, vec, ranks);
         };
-        if (tile == kMaxTileRows) launch(shrinkTileKernel<T, W, kMaxTileRows>);
-        else if (tile == 2) launch(shrinkTileKernel<T, W, 2>);
-        else launch(shrinkTileKernel<T, W, 1>);
+        if (tile == kMaxTileRows) tiled(shrinkTileKernel<T, W, kMaxTileRows>);
+        else if (tile == 2) tiled(shrinkTileKernel<T, W, 2>);
+        else tiled(shrinkTileKernel<T, W, 1>);
       }
     });
   });
-  checkLaunch("loraShrink kernel");
 }
 
 void loraExpandAdd(DType act, void* out, const void* delta, const void* t, Weights b, int64_t numSlots,
@@ -251,13 +259,11 @@ void loraExpandAdd(DType act, void* out, const void* delta, const void* t, Weigh
       using T = decltype(tt);
       using W = decltype(wt);
       const bool vec = runsOf8(b.data, rank, sizeof(W)) && runsOf8(t, rank, sizeof(T));
-      expandKernel<T, W><<<grid, kExpandThreads, 0, stream()>>>(
-          static_cast<T*>(out), static_cast<const T*>(delta), static_cast<const T*>(t),
-          static_cast<const W*>(b.data), numSlots, slotOfRow, sliceStarts, int(numSlices), n, outF, rank,
-          int(tileRows), vec, ranks);
+      launch("loraExpand kernel", expandKernel<T, W>, grid, kExpandThreads, 0, static_cast<T*>(out),
+          static_cast<const T*>(delta), static_cast<const T*>(t), static_cast<const W*>(b.data), numSlots, slotOfRow,
+          sliceStarts, int(numSlices), n, outF, rank, int(tileRows), vec, ranks);
     });
   });
-  checkLaunch("loraExpand kernel");
 }
 
 void loraExpand(DType act, void* out, const void* t, Weights b, int64_t numSlots, const int32_t* slotOfRow,
@@ -268,23 +274,21 @@ void loraExpand(DType act, void* out, const void* t, Weights b, int64_t numSlots
 void copyRegion(void* dst, DType dt, int64_t dstCols, const void* src, DType st, int64_t rows, int64_t cols,
                 int64_t rowOffset, int64_t colOffset, float scale, bool transpose) {
   if (rows * cols == 0) return;
-  copyRegionKernel<<<strideGrid(rows * cols), 256, 0, stream()>>>(dst, dt, dstCols, src, st, rows, cols, rowOffset,
-                                                                  colOffset, scale, transpose);
-  checkLaunch("copyRegion kernel");
+  launch("copyRegion kernel", copyRegionKernel, strideGrid(rows * cols), 256, 0, dst, dt, dstCols, src, st, rows, cols,
+      rowOffset, colOffset, scale, transpose);
 }
 
 void fill(void* t, DType dt, int64_t n, float value) {
   if (n == 0) return;
-  fillKernel<<<strideGrid(n), 256, 0, stream()>>>(t, dt, n, value);
-  checkLaunch("fill kernel");
+  launch("fill kernel", fillKernel, strideGrid(n), 256, 0, t, dt, n, value);
 }
 
 double maxAbsDiff(const void* a, DType at, const void* b, DType bt, int64_t n) {
   if (n == 0) return 0;
   Scratch result(2 * sizeof(unsigned long long), "maxAbsDiff scratch");
   check(cudaMemsetAsync(result.as<void>(), 0, 2 * sizeof(unsigned long long), stream()), "cudaMemsetAsync");
-  maxAbsDiffKernel<<<strideGrid(n), 256, 0, stream()>>>(a, at, b, bt, n, result.as<unsigned long long>());
-  checkLaunch("maxAbsDiff kernel");
+  launch("maxAbsDiff kernel", maxAbsDiffKernel, strideGrid(n), 256, 0, a, at, b, bt, n,
+      result.as<unsigned long long>());
   unsigned long long host[2];
   copyToHost(host, result.as<void>(), sizeof host);
   if (host[1]) return NAN;

@@ -13,6 +13,7 @@ constexpr int kThreads = 256;
 template <typename T, typename W>
 __global__ void rmsNormKernel(T* out, const T* x, const W* w, int64_t dim, float eps) {
   __shared__ float partial[32];
+  awaitPrior();
   const T* xr = x + blockIdx.x * dim;
   T* o = out + blockIdx.x * dim;
   float ss = 0;
@@ -29,6 +30,7 @@ __global__ void rmsNormKernel(T* out, const T* x, const W* w, int64_t dim, float
 template <typename T, typename W>
 __global__ void addRmsNormKernel(T* residual, const T* x, const W* w, T* out, int64_t dim, float eps) {
   __shared__ float partial[32];
+  awaitPrior();
   T* res = residual + blockIdx.x * dim;
   const T* xr = x + blockIdx.x * dim;
   T* o = out + blockIdx.x * dim;
@@ -52,6 +54,7 @@ __global__ void rmsNormShrinkKernel(T* __restrict__ out, const T* __restrict__ x
                                     T* t, const A* a, int64_t numSlots, const int32_t* slotOfRow, int64_t rankRows,
                                     bool vec, bool staged, bool vecRow, int rb, SlotRanks sr) {
   __shared__ float partial[32];
+  awaitPrior();
   const int64_t row = blockIdx.x;
   const int32_t slot = slotOfRow[row];  // loaded first: the shrink waits for it last
   const T* xr = x + row * dim;
@@ -77,6 +80,7 @@ __global__ void rmsNormShrinkKernel(T* __restrict__ out, const T* __restrict__ x
 template <typename T, typename W>
 __global__ void headRmsNormKernel(T* qkv, const W* qw, const W* kw, int64_t n, int numHeads, int numKvHeads,
                                   int headDim, int64_t rowWidth, float eps) {
+  awaitPrior();
   int heads = numHeads + numKvHeads;
   int64_t j = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32;
   int lane = threadIdx.x % 32;
@@ -102,11 +106,10 @@ void rmsNorm(DType act, void* out, const void* x, Weights w, int64_t rows, int64
     withFloat(w.dtype, [&](auto wt) {
       using T = decltype(t);
       using W = decltype(wt);
-      rmsNormKernel<T, W><<<unsigned(rows), kThreads, 0, stream()>>>(static_cast<T*>(out), static_cast<const T*>(x),
-                                                                      static_cast<const W*>(w.data), dim, eps);
+      launch("rmsNorm kernel", rmsNormKernel<T, W>, unsigned(rows), kThreads, 0, static_cast<T*>(out),
+          static_cast<const T*>(x), static_cast<const W*>(w.data), dim, eps);
     });
   });
-  checkLaunch("rmsNorm kernel");
 }
 
 void addRmsNorm(DType act, void* residual, const void* x, Weights w, void* out, int64_t rows, int64_t dim, float eps) {
@@ -115,11 +118,10 @@ void addRmsNorm(DType act, void* residual, const void* x, Weights w, void* out, 
     withFloat(w.dtype, [&](auto wt) {
       using T = decltype(t);
       using W = decltype(wt);
-      addRmsNormKernel<T, W><<<unsigned(rows), kThreads, 0, stream()>>>(
-          static_cast<T*>(residual), static_cast<const T*>(x), static_cast<const W*>(w.data), static_cast<T*>(out), dim, eps);
+      launch("addRmsNorm kernel", addRmsNormKernel<T, W>, unsigned(rows), kThreads, 0, static_cast<T*>(residual),
+          static_cast<const T*>(x), static_cast<const W*>(w.data), static_cast<T*>(out), dim, eps);
     });
   });
-  checkLaunch("addRmsNorm kernel");
 }
 
 void rmsNormShrink(DType act, void* out, const void* x, Weights w, int64_t rows, int64_t dim, float eps,
@@ -139,14 +141,13 @@ void rmsNormShrink(DType act, void* out, const void* x, Weights w, int64_t rows,
         const bool vec = runsOf8(lora.a.data, dim, sizeof(A));
         const bool vecRow = runsOf8(x, dim, sizeof(T)) && runsOf8(out, dim, sizeof(T)) &&
                             runsOf8(w.data, dim, sizeof(W));
-        rmsNormShrinkKernel<T, W, A><<<f.grid, kThreads, f.stageBytes, stream()>>>(
+        launch("rmsNormShrink kernel", rmsNormShrinkKernel<T, W, A>, f.grid, kThreads, f.stageBytes,
             static_cast<T*>(out), static_cast<const T*>(x), static_cast<const W*>(w.data), dim, eps,
             static_cast<T*>(lora.t), static_cast<const A*>(lora.a.data), lora.numSlots, lora.slotOfRow, lora.rankRows,
             vec, f.staged, vecRow, f.rb, lora.ranks);
       });
     });
   });
-  checkLaunch("rmsNormShrink kernel");
 }
 
 void headRmsNorm(DType act, void* qkv, Weights qw, Weights kw, int64_t n, HeadLayout l, float eps) {
@@ -156,12 +157,11 @@ void headRmsNorm(DType act, void* qkv, Weights qw, Weights kw, int64_t n, HeadLa
     withFloat(qw.dtype, [&](auto wt) {
       using T = decltype(t);
       using W = decltype(wt);
-      headRmsNormKernel<T, W><<<blocksFor(warps * 32, kThreads), kThreads, 0, stream()>>>(
+      launch("headRmsNorm kernel", headRmsNormKernel<T, W>, blocksFor(warps * 32, kThreads), kThreads, 0,
           static_cast<T*>(qkv), static_cast<const W*>(qw.data), static_cast<const W*>(kw.data), n, l.numHeads,
           l.numKvHeads, l.headDim, l.rowWidth(), eps);
     });
   });
-  checkLaunch("headRmsNorm kernel");
 }
 
 }  // namespace mstar::gpu

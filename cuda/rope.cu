@@ -11,6 +11,7 @@ namespace {
 template <typename T>
 __global__ void ropeKernel(T* qkv, const int32_t* positions, const float* invFreq, int64_t n, int heads, int headDim,
                            int64_t rowWidth, int half) {
+  awaitPrior();
   int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (j >= n * half) return;
   int64_t t = j / half;
@@ -32,10 +33,9 @@ void rope(DType act, void* qkv, const int32_t* positions, const float* invFreq, 
   if (n == 0) return;
   withAct(act, [&](auto t) {
     using T = decltype(t);
-    ropeKernel<T><<<blocksFor(n * half, 256), 256, 0, stream()>>>(static_cast<T*>(qkv), positions, invFreq, n,
-                                                                   l.numHeads + l.numKvHeads, l.headDim, l.rowWidth(), half);
+    launch("rope kernel", ropeKernel<T>, blocksFor(n * half, 256), 256, 0, static_cast<T*>(qkv), positions, invFreq, n,
+        l.numHeads + l.numKvHeads, l.headDim, l.rowWidth(), half);
   });
-  checkLaunch("rope kernel");
 }
 
 }  // namespace mstar::gpu

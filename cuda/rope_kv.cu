@@ -18,6 +18,7 @@ __global__ __launch_bounds__(kWarps * 32) void ropeKvKernel(T* qkv, const int32_
                                                             int half, const W* qNorm, const W* kNorm, float eps,
                                                             C* kCache, C* vCache, const int32_t* slots,
                                                             int64_t numSlots, int64_t n, HeadLayout l, int64_t rowWidth) {
+  awaitPrior();
   extern __shared__ float rows[];  // [kWarps][headDim]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int heads = l.numHeads + l.numKvHeads, hd = l.headDim;
@@ -79,14 +80,13 @@ void ropeKvWrite(DType act, void* qkv, const int32_t* positions, const float* in
         using T = decltype(tt);
         using C = decltype(ct);
         using W = decltype(wt);
-        ropeKvKernel<T, C, W><<<blocksFor(warps, kWarps), kWarps * 32, shared, stream()>>>(
+        launch("ropeKvWrite kernel", ropeKvKernel<T, C, W>, blocksFor(warps, kWarps), kWarps * 32, shared,
             static_cast<T*>(qkv), positions, invFreq, half, qNorm ? static_cast<const W*>(qNorm->data) : nullptr,
             kNorm ? static_cast<const W*>(kNorm->data) : nullptr, eps, static_cast<C*>(c.k), static_cast<C*>(c.v),
             slots, c.numBlocks * c.blockSize, n, l, l.rowWidth());
       });
     });
   });
-  checkLaunch("ropeKvWrite kernel");
 }
 
 }  // namespace mstar::gpu

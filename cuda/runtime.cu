@@ -2,6 +2,7 @@
 // runtime behind native/gpu.h. Everything initialises lazily on first use.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 
@@ -29,6 +30,10 @@ namespace {
 std::once_flag gInitOnce;
 cudaStream_t gStream = nullptr;
 int gSmCount = 0;
+bool gDependentLaunch = false;
+
+// Which code the device runs for this library's kernels.
+__global__ void probeKernel() {}
 
 // The stream does not synchronise with the legacy default stream: every copy and kernel
 // of the addon goes through it explicitly. The device's memory pool keeps freed scratch
@@ -40,6 +45,12 @@ void init() {
   int dev = 0;
   check(cudaGetDevice(&dev), "cudaGetDevice");
   check(cudaDeviceGetAttribute(&gSmCount, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
+  // The kernels wait for their predecessor only where compiled for compute 9.0 or newer
+  // (awaitPrior); the device may instead run them from sm_80 code (PTX compiled on load).
+  cudaFuncAttributes code;
+  check(cudaFuncGetAttributes(&code, probeKernel), "cudaFuncGetAttributes");
+  const char* pdl = std::getenv("MSTAR_PDL");
+  gDependentLaunch = code.ptxVersion >= 90 && !(pdl && std::string(pdl) == "0");
   cudaMemPool_t pool;
   check(cudaDeviceGetDefaultMemPool(&pool, dev), "cudaDeviceGetDefaultMemPool");
   uint64_t keep = UINT64_MAX;
@@ -57,6 +68,11 @@ cudaStream_t stream() {
 int smCount() {
   stream();
   return gSmCount;
+}
+
+bool dependentLaunch() {
+  stream();
+  return gDependentLaunch;
 }
 
 // Tensors come from the stream-ordered pool: every op runs on the one stream, so a free

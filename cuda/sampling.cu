@@ -278,6 +278,7 @@ template <typename T>
 __global__ __launch_bounds__(kThreads) void sliceKernel(uint64_t* partMax, uint64_t* cands, uint64_t* partLeast,
                                                         double* partSum, const T* logits, int64_t vocab,
                                                         SamplingRows p) {
+  awaitPrior();
   __shared__ uint64_t maxShared[kWarps];
   __shared__ double sumShared[32];
   __shared__ uint64_t keys[kSliceElems];
@@ -397,6 +398,7 @@ __global__ __launch_bounds__(kThreads) void keepKernel(int32_t* outIds, uint64_t
                                                        int64_t vocab, SamplingRows p, const uint64_t* partMax,
                                                        const uint64_t* cands, const uint64_t* partLeast,
                                                        const double* partSum, int slices) {
+  awaitPrior();
   __shared__ SelectShared sh;
   __shared__ NucleusShared nu;
   __shared__ KthShared kth;
@@ -470,6 +472,7 @@ __global__ __launch_bounds__(kThreads) void keepKernel(int32_t* outIds, uint64_t
 template <typename T>
 __global__ __launch_bounds__(kThreads) void raceKernel(double* leadScore, int32_t* leadId, const uint64_t* minKeys,
                                                        const T* logits, int64_t vocab, SamplingRows p) {
+  awaitPrior();
   __shared__ double sScore[kWarps];
   __shared__ int64_t sId[kWarps];
   const int64_t r = blockIdx.x;
@@ -520,6 +523,7 @@ __global__ __launch_bounds__(kThreads) void raceKernel(double* leadScore, int32_
 // Step 3b: the row's winner over its slices' leaders (a slice with no kept token has none).
 __global__ void pickKernel(int32_t* outIds, const uint64_t* minKeys, const double* leadScore, const int32_t* leadId,
                            int slices, int64_t n) {
+  awaitPrior();
   const int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (r >= n || minKeys[r] == kDecided) return;
   double bestS = -INFINITY;
@@ -539,6 +543,7 @@ __global__ void pickKernel(int32_t* outIds, const uint64_t* minKeys, const doubl
 template <typename T>
 __global__ __launch_bounds__(kThreads) void logprobsKernel(float* chosenLp, int32_t* topIds, float* topLp, int64_t k,
                                                            const T* logits, const int32_t* chosen, int64_t vocab) {
+  awaitPrior();
   __shared__ uint64_t maxShared[kWarps];
   __shared__ double sumShared[32];
   const int64_t r = blockIdx.x;
@@ -583,16 +588,12 @@ void sample(DType act, int32_t* outIds, const void* logits, int64_t n, int64_t v
     using T = decltype(t);
     const T* x = static_cast<const T*>(logits);
     const dim3 sliced{unsigned(n), unsigned(slices)};
-    sliceKernel<T><<<sliced, kThreads, 0, stream()>>>(partMax, cands, partLeast, partSum, x, vocab, p);
-    checkLaunch("sample slice kernel");
-    keepKernel<T><<<unsigned(n), kThreads, 0, stream()>>>(outIds, minKeys, x, vocab, p, partMax, cands, partLeast,
-                                                          partSum, slices);
-    checkLaunch("sample keep kernel");
-    raceKernel<T><<<sliced, kThreads, 0, stream()>>>(leadScore, leadId, minKeys, x, vocab, p);
-    checkLaunch("sample race kernel");
+    launch("sample slice kernel", sliceKernel<T>, sliced, kThreads, 0, partMax, cands, partLeast, partSum, x, vocab, p);
+    launch("sample keep kernel", keepKernel<T>, unsigned(n), kThreads, 0, outIds, minKeys, x, vocab, p, partMax, cands,
+        partLeast, partSum, slices);
+    launch("sample race kernel", raceKernel<T>, sliced, kThreads, 0, leadScore, leadId, minKeys, x, vocab, p);
   });
-  pickKernel<<<blocksFor(n, 128), 128, 0, stream()>>>(outIds, minKeys, leadScore, leadId, slices, n);
-  checkLaunch("sample pick kernel");
+  launch("sample pick kernel", pickKernel, blocksFor(n, 128), 128, 0, outIds, minKeys, leadScore, leadId, slices, n);
 }
 
 void logprobs(DType act, float* chosenLp, int32_t* topIds, float* topLp, int64_t k, const void* logits,
@@ -600,10 +601,9 @@ void logprobs(DType act, float* chosenLp, int32_t* topIds, float* topLp, int64_t
   if (n == 0) return;
   withAct(act, [&](auto t) {
     using T = decltype(t);
-    logprobsKernel<T><<<unsigned(n), kThreads, 0, stream()>>>(chosenLp, topIds, topLp, k, static_cast<const T*>(logits),
-                                                               chosen, vocab);
+    launch("logprobs kernel", logprobsKernel<T>, unsigned(n), kThreads, 0, chosenLp, topIds, topLp, k,
+        static_cast<const T*>(logits), chosen, vocab);
   });
-  checkLaunch("logprobs kernel");
 }
 
 }  // namespace mstar::gpu
