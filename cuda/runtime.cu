@@ -118,6 +118,11 @@ void copyToHost(void* dst, const void* src, size_t bytes) {
   check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
 }
 
+void copyToHostAsync(void* dst, const void* src, size_t bytes) {
+  requireNotCapturing("an asynchronous copy to the host");
+  if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream()), "cudaMemcpyAsync (device to host)");
+}
+
 void copyOnDevice(void* dst, const void* src, size_t bytes) {
   if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()), "cudaMemcpy (device to device)");
 }
@@ -275,6 +280,28 @@ void Uploader::send(void* dst, size_t bytes) {
   check(cudaMemcpyAsync(dst, gPinned[i], bytes, cudaMemcpyHostToDevice, stream()), "cudaMemcpy (pinned to device)");
   check(cudaEventRecord(gDone[i], stream()), "cudaEventRecord");
   impl_->pending[i] = true;
+}
+
+// ---- Fence -----------------------------------------------------------------------------
+void Fence::record() {
+  requireNotCapturing("recording a fence");
+  if (!event_) {
+    cudaEvent_t e = nullptr;
+    check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    event_ = e;
+  }
+  check(cudaEventRecord(static_cast<cudaEvent_t>(event_), stream()), "cudaEventRecord");
+  recorded_ = true;
+}
+
+void Fence::wait() {
+  requireNotCapturing("waiting for a fence");
+  if (recorded_) check(cudaEventSynchronize(static_cast<cudaEvent_t>(event_)), "cudaEventSynchronize");
+}
+
+Fence::~Fence() {
+  cudaEvent_t e = static_cast<cudaEvent_t>(event_);
+  if (e) runOrDefer([e] { if (cudaEventDestroy(e) != cudaSuccess) cudaGetLastError(); });
 }
 
 // ---- Staging ---------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 #include <napi.h>
 
 #include "cublaslt.h"
+#include "fence.h"
 #include "file_read.h"
 #include "gpu.h"
 #include "graph.h"
@@ -98,6 +99,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   RegisterLoraOps(env, exports);
   RegisterUpload(env, exports);
   RegisterGraph(env, exports);
+  RegisterFence(env, exports);
   return exports;
 }
 

@@ -27,6 +27,9 @@ void memsetAsync(void* p, int value, size_t bytes);
 void copyToDevice(void* dst, const void* src, size_t bytes);
 void copyToHost(void* dst, const void* src, size_t bytes);
 void copyOnDevice(void* dst, const void* src, size_t bytes);  // asynchronous
+// Device to host without waiting: dst must be pinned (allocPinned); read it once a fence
+// recorded after this call has passed.
+void copyToHostAsync(void* dst, const void* src, size_t bytes);
 void synchronize();  // waits for every op enqueued so far (no-op before the first CUDA call)
 
 // Page-locked host memory, so host-to-device copies from it are asynchronous; nullptr where
@@ -87,6 +90,22 @@ class Staging {
   size_t capacity_ = 0;
   void* done_ = nullptr;  // cudaEvent_t
   bool pending_ = false;
+};
+
+// A marker in the stream (a CUDA event): record() marks the ops enqueued so far, wait()
+// returns once they ran. Neither may be called while a graph is being captured.
+class Fence {
+ public:
+  Fence() = default;
+  ~Fence();
+  Fence(const Fence&) = delete;
+  Fence& operator=(const Fence&) = delete;
+  void record();
+  void wait();  // returns at once if never recorded
+
+ private:
+  void* event_ = nullptr;  // cudaEvent_t
+  bool recorded_ = false;
 };
 
 // ---- CUDA graphs ------------------------------------------------------------------------

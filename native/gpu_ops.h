@@ -44,6 +44,9 @@ void rope(DType act, void* qkv, const int32_t* positions, const float* invFreq, 
 void siluMul(DType act, void* out, const void* gateUp, int64_t n, int64_t inter);
 void add(DType act, void* out, const void* a, const void* b, int64_t n);
 void gatherRows(DType act, void* out, const void* x, int64_t xRows, const int32_t* idx, int64_t m, int64_t dim);
+// Where 0 <= from[i] < numSampled: tokens[i] = sampled[from[i]], embedRows[i] = rowSlots[i] * vocab + tokens[i].
+void feedTokens(int32_t* tokens, int32_t* embedRows, const int32_t* sampled, int64_t numSampled, const int32_t* from,
+                const int32_t* rowSlots, int vocab, int64_t n);
 
 void kvWrite(DType act, KvCache c, const void* qkv, const int32_t* slots, int64_t n, HeadLayout l);
 // headRmsNorm (when qNorm and kNorm are given), rope, then kvWrite, in one launch.

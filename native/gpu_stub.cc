@@ -21,6 +21,7 @@ void memsetAsync(void*, int, size_t) { none(); }
 void copyToDevice(void*, const void*, size_t) { none(); }
 void copyToHost(void*, const void*, size_t) { none(); }
 void copyOnDevice(void*, const void*, size_t) { none(); }
+void copyToHostAsync(void*, const void*, size_t) { none(); }
 void synchronize() {}
 void memInfo(size_t*, size_t*) { none(); }
 void* allocPinned(size_t) noexcept { return nullptr; }
@@ -36,6 +37,10 @@ void Uploader::send(void*, size_t) { none(); }
 Staging::~Staging() {}
 void* Staging::reserve(size_t) { none(); }
 void Staging::send(void*, size_t) { none(); }
+
+Fence::~Fence() {}
+void Fence::record() { none(); }
+void Fence::wait() {}
 
 struct Graph {};
 bool capturing() noexcept { return false; }
@@ -55,6 +60,7 @@ void rope(DType, void*, const int32_t*, const float*, int64_t, HeadLayout, int) 
 void siluMul(DType, void*, const void*, int64_t, int64_t) { none(); }
 void add(DType, void*, const void*, const void*, int64_t) { none(); }
 void gatherRows(DType, void*, const void*, int64_t, const int32_t*, int64_t, int64_t) { none(); }
+void feedTokens(int32_t*, int32_t*, const int32_t*, int64_t, const int32_t*, const int32_t*, int, int64_t) { none(); }
 void kvWrite(DType, KvCache, const void*, const int32_t*, int64_t, HeadLayout) { none(); }
 void ropeKvWrite(DType, void*, const int32_t*, const float*, int, const Weights*, const Weights*, float, KvCache, const int32_t*,
                  int64_t, HeadLayout) {

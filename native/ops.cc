@@ -215,6 +215,37 @@ Napi::Value GatherRows(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// feedTokens(tokens, embedRows, sampled, from, rowSlots, vocab): where from[i] >= 0,
+// tokens[i] = sampled[from[i]] and embedRows[i] = rowSlots[i] * vocab + tokens[i].
+Napi::Value FeedTokens(const Napi::CallbackInfo& info) {
+  OpArgs a(info, "feedTokens");
+  Tensor &tokens = a.tensor(0, "tokens"), &embedRows = a.tensor(1, "embedRows"), &sampled = a.tensor(2, "sampled");
+  Tensor &from = a.tensor(3, "from"), &rowSlots = a.tensor(4, "rowSlots");
+  const int vocab = a.integer(5, "vocab", 1);
+  bool cuda = a.oneDevice();
+  for (auto [t, name] : {std::pair<Tensor*, const char*>{&tokens, "tokens"}, {&embedRows, "embedRows"},
+                         {&sampled, "sampled"}, {&from, "from"}, {&rowSlots, "rowSlots"}}) {
+    a.expectDType(*t, DType::I32, name);
+    if (t != &sampled)
+      a.expect(t->numel() == tokens.numel(), std::string(name) + " " + t->describe() + " must have one entry per token");
+  }
+  const int64_t n = tokens.numel();
+  if (!cuda) {
+    const int32_t* f = from.ptr<int32_t>();
+    for (int64_t i = 0; i < n; ++i)
+      a.expect(f[i] < sampled.numel(), "from[" + std::to_string(i) + "] = " + std::to_string(f[i]) + " is past the " +
+                                           std::to_string(sampled.numel()) + " samples");
+    cpu::feedTokens(tokens.ptr<int32_t>(), embedRows.ptr<int32_t>(), sampled.ptr<int32_t>(), f,
+                    rowSlots.ptr<int32_t>(), vocab, n);
+  } else {
+    a.run([&] {
+      gpu::feedTokens(tokens.ptr<int32_t>(), embedRows.ptr<int32_t>(), sampled.ptr<int32_t>(), sampled.numel(),
+                      from.ptr<int32_t>(), rowSlots.ptr<int32_t>(), vocab, n);
+    });
+  }
+  return info.Env().Undefined();
+}
+
 Napi::Value KvWrite(const Napi::CallbackInfo& info) {
   OpArgs a(info, "kvWrite");
   Tensor &k = a.tensor(0, "kCache"), &v = a.tensor(1, "vCache"), &qkv = a.tensor(2, "qkv"), &slots = a.tensor(3, "slots");
@@ -374,6 +405,7 @@ void RegisterOps(Napi::Env env, Napi::Object exports) {
   exports["siluMul"] = Napi::Function::New<SiluMul>(env, "siluMul");
   exports["add"] = Napi::Function::New<Add>(env, "add");
   exports["gatherRows"] = Napi::Function::New<GatherRows>(env, "gatherRows");
+  exports["feedTokens"] = Napi::Function::New<FeedTokens>(env, "feedTokens");
   exports["kvWrite"] = Napi::Function::New<KvWrite>(env, "kvWrite");
   exports["ropeKvWrite"] = Napi::Function::New<RopeKvWrite>(env, "ropeKvWrite");
   exports["pagedAttention"] = Napi::Function::New<PagedAttention>(env, "pagedAttention");

@@ -21,6 +21,7 @@ Napi::Function Tensor::Init(Napi::Env env) {
     InstanceMethod<&Tensor::ToArray>("toArray"),
     InstanceMethod<&Tensor::CopyFrom>("copyFrom"),
     InstanceMethod<&Tensor::CopyFromAsync>("copyFromAsync"),
+    InstanceMethod<&Tensor::CopyToAsync>("copyToAsync"),
     InstanceMethod<&Tensor::To>("to"),
   });
   // Each env (the main thread, every worker thread) gets its own constructor reference.
@@ -269,6 +270,23 @@ Napi::Value Tensor::CopyFromAsync(const Napi::CallbackInfo& info) {
     else std::memcpy(host, s.data, bytes());
     storage_->staging->send(data(), bytes());
   });
+  return info.This();
+}
+
+// copyToAsync(dst): this CUDA tensor's elements into dst, a pinned cpu tensor of the same
+// dtype and size (pinnedEmpty), in stream order; returns at once. dst holds them once a
+// fence recorded afterwards has passed.
+Napi::Value Tensor::CopyToAsync(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  requireLive(env);
+  const char* what = "copyToAsync(dst)";
+  Tensor& dst = From(info[0], "copyToAsync: dst");
+  if (device() != Device::CUDA) throw Napi::TypeError::New(env, std::string(what) + ": the tensor must be on cuda");
+  if (dst.device() != Device::CPU || !dst.storage_->pinned)
+    throw Napi::TypeError::New(env, std::string(what) + ": dst must be a pinned cpu tensor (pinnedEmpty)");
+  if (dst.dtype_ != dtype_ || dst.numel() != numel())
+    throw Napi::TypeError::New(env, std::string(what) + ": dst is " + dst.describe() + " but the tensor is " + describe());
+  withErrors(env, what, [&] { gpu::copyToHostAsync(dst.data(), data(), bytes()); });
   return info.This();
 }
 

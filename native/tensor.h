@@ -52,6 +52,7 @@ class Tensor : public Napi::ObjectWrap<Tensor> {
   Napi::Value ToArray(const Napi::CallbackInfo& info);
   Napi::Value CopyFrom(const Napi::CallbackInfo& info);
   Napi::Value CopyFromAsync(const Napi::CallbackInfo& info);
+  Napi::Value CopyToAsync(const Napi::CallbackInfo& info);
   Napi::Value To(const Napi::CallbackInfo& info);
   void requireLive(Napi::Env env) const;
 };

@@ -30,8 +30,23 @@ export interface Tensor {
    * The pinned buffer is reused only after its previous copy ran. Synchronous on the cpu.
    */
   copyFromAsync(data: Float32Array | Int32Array | BigInt64Array | Uint16Array): Tensor;
+  /**
+   * Copies this cuda tensor into `dst`, a pinned cpu tensor of the same dtype and size
+   * (pinnedEmpty), in stream order; returns at once. dst holds the elements once a fence
+   * recorded afterwards has passed (fence().record(), then wait()).
+   */
+  copyToAsync(dst: Tensor): Tensor;
   /** A contiguous copy on `device` (also when it is this tensor's device). */
   to(device: DeviceName): Tensor;
+}
+
+/** A marker in the cuda stream. */
+export interface Fence {
+  /** Marks the ops enqueued so far; returns at once. */
+  record(): void;
+  /** Returns once the ops marked by the last record() ran (at once if never recorded). */
+  wait(): void;
+  dispose(): void;
 }
 
 /** One region of an upload: see Binding.upload. */
@@ -111,6 +126,8 @@ export interface Binding {
    * is discarded and the error thrown. Throws on a build or machine without CUDA.
    */
   captureGraph(fn: () => void): Graph;
+  /** A fence on the cuda stream (recording it throws on a build or machine without CUDA). */
+  fence(): Fence;
 
   embedding(out: Tensor, table: Tensor, ids: Tensor): void;
   rmsNorm(out: Tensor, x: Tensor, w: Tensor, eps: number): void;
@@ -125,6 +142,11 @@ export interface Binding {
   siluMul(out: Tensor, gateUp: Tensor): void;
   add(out: Tensor, a: Tensor, b: Tensor): void;
   gatherRows(out: Tensor, x: Tensor, indices: Tensor): void;
+  /**
+   * Decode inputs from the last step's samples, where from[i] >= 0: tokens[i] = sampled[from[i]]
+   * and embedRows[i] = rowSlots[i] * vocab + tokens[i] (i32 throughout, one entry per token but sampled).
+   */
+  feedTokens(tokens: Tensor, embedRows: Tensor, sampled: Tensor, from: Tensor, rowSlots: Tensor, vocab: number): void;
   kvWrite(kCache: Tensor, vCache: Tensor, qkv: Tensor, slots: Tensor, numHeads: number, numKvHeads: number, headDim: number): void;
   /** headRmsNorm (when both weights are given), rope, then kvWrite: one launch on CUDA. */
   ropeKvWrite(

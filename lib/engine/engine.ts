@@ -2,9 +2,9 @@
 // engine thread (worker.ts); nothing here waits on I/O.
 import { BlockManager } from './block_manager.js';
 import type { GraphStats } from './graph_runner.js';
-import { cudaGraphsSetting, profileSetting } from './options.js';
-import { ModelRunner } from './runner.js';
-import { Scheduler } from './scheduler.js';
+import { cudaGraphsSetting, overlapSetting, profileSetting } from './options.js';
+import { ModelRunner, type Launched, type Sampled } from './runner.js';
+import { Scheduler, type ScheduledSeq } from './scheduler.js';
 import { Sequence } from './sequence.js';
 import type { EngineStats, GenerateRequest, ModelInfo, RequestOutput } from './types.js';
 import { KvCache, type Model } from '../models/index.js';
@@ -24,6 +24,12 @@ export interface EngineLimits {
    * MSTAR_CUDA_GRAPHS=0 in the environment turns them off whatever this says.
    */
   cudaGraphs?: boolean;
+  /**
+   * Each decode step is enqueued before the previous one's samples are read, so the GPU
+   * never waits for the host between steps (default: where decode steps replay CUDA
+   * graphs). MSTAR_OVERLAP=0 in the environment turns it off whatever this says.
+   */
+  overlapSteps?: boolean;
 }
 
 export interface EngineHooks {
@@ -42,6 +48,9 @@ export class Engine {
   private readonly runner: ModelRunner;
   private readonly seqs = new Map<string, Sequence>();
   private steps = 0;
+  private readonly overlap: boolean;
+  /** The decode step launched last, whose samples are read during the next step. */
+  private inFlight?: Launched;
   readonly lora?: LoraManager;
   /** Waiting requests whose adapter could no longer be read from disk: ended by this step. */
   private unreadable: Sequence[] = [];
@@ -73,8 +82,10 @@ export class Engine {
       },
     };
     this.scheduler = new Scheduler(this.blocks, limits, (seq) => this.salt(seq), hooks);
+    const cudaGraphs = cudaGraphsSetting(limits.cudaGraphs);
+    this.overlap = overlapSetting(limits.overlapSteps, cudaGraphs && model.placement.device === 'cuda');
     this.runner = new ModelRunner(model, new KvCache(c, limits.numBlocks, limits.blockSize, model.placement), {
-      cudaGraphs: cudaGraphsSetting(limits.cudaGraphs),
+      cudaGraphs,
       profile: profileSetting(),
       maxBatchSize: limits.maxBatchSize,
       maxNumBatchedTokens: limits.maxNumBatchedTokens,
@@ -91,6 +102,8 @@ export class Engine {
 
   /** Frees the graphs, the KV cache and the adapter pool (printing MSTAR_PROFILE's summary); no step may follow. */
   close(): void {
+    this.inFlight?.sampled();  // its step has run before its buffers go
+    this.inFlight = undefined;
     this.runner.close();
     this.runner.kv.dispose();
     if (this.lora) {
@@ -139,25 +152,76 @@ export class Engine {
     return this.scheduler.running.length + this.scheduler.waiting.length > 0;
   }
 
+  /**
+   * Schedules and runs one step; returns the outputs it produced. With overlapped steps, a
+   * decode step is enqueued first, then the samples of the step before are read (their
+   * outputs are the ones returned), so each sequence has a token the host has not read
+   * (Sequence.unread) while its next step is scheduled: the step takes it on the device.
+   * A sequence that stops on that token has run one row too many, which is dropped.
+   */
   step(): RequestOutput[] {
     if (this.lora) this.takeTurns(this.lora);
-    const batch = this.scheduler.schedule();
+    let batch = this.scheduler.schedule();
     this.lora?.settle();
     const outputs: RequestOutput[] = this.endUnreadable();
+    const prev = this.inFlight;
+    this.inFlight = undefined;
+    if (this.overlap && batch.length > 0 && batch.every((e) => e.count === 1 && e.samples)) {
+      this.inFlight = this.runner.launch(batch, prev);
+      this.advance(batch);
+      if (prev) outputs.push(...this.read(prev));
+      this.register(batch);
+      return outputs;
+    }
+    if (prev) {
+      outputs.push(...this.read(prev));
+      batch = batch.filter((e) => e.seq.status !== 'finished');
+    }
     if (batch.length === 0) return outputs;
     const sampled = this.runner.run(batch);
+    this.advance(batch);
+    this.register(batch);
+    outputs.push(...this.take(batch, sampled));
+    return outputs;
+  }
+
+  /** After a step is enqueued: its tokens count as computed; its samples are unread. */
+  private advance(batch: readonly ScheduledSeq[]): void {
     this.steps++;
-    let i = 0;
     for (const e of batch) {
       e.seq.numComputed = e.start + e.count;
-      this.blocks.registerFull(e.seq, this.salt(e.seq));
+      if (e.samples) e.seq.unread++;
+    }
+  }
+
+  /** Offers the sequences' newly full blocks to the prefix cache (their tokens are all read). */
+  private register(batch: readonly ScheduledSeq[]): void {
+    for (const e of batch) if (e.seq.status !== 'finished') this.blocks.registerFull(e.seq, this.salt(e.seq));
+  }
+
+  /** Reads a launched step's samples into its sequences. */
+  private read(launched: Launched): RequestOutput[] {
+    return this.take(launched.batch, launched.sampled());
+  }
+
+  /**
+   * Each sampling entry's token, in order: appended to its sequence (unless it finished
+   * meanwhile: aborted, or stopped on its previous token), which stops if it should.
+   */
+  private take(batch: readonly ScheduledSeq[], sampled: Sampled[]): RequestOutput[] {
+    const outputs: RequestOutput[] = [];
+    let i = 0;
+    for (const e of batch) {
       if (!e.samples) continue;
       const s = sampled[i++];
-      e.seq.outputIds.push(s.tokenId);
-      const reason = this.stopReason(e.seq, s.tokenId);
-      if (reason) this.finish(e.seq);
+      const seq = e.seq;
+      seq.unread--;
+      if (seq.status === 'finished') continue;
+      seq.outputIds.push(s.tokenId);
+      const reason = this.stopReason(seq, s.tokenId);
+      if (reason) this.finish(seq);
       const stopToken = reason === 'stop' ? s.tokenId : undefined;
-      outputs.push(this.output(e.seq, [s.tokenId], s.logprob ? [s.logprob] : undefined, reason, stopToken));
+      outputs.push(this.output(seq, [s.tokenId], s.logprob ? [s.logprob] : undefined, reason, stopToken));
     }
     return outputs;
   }
@@ -207,7 +271,7 @@ export class Engine {
       if (!p.ignoreEos && this.info.eosTokenIds.includes(token)) return 'stop';
       if (p.stopTokenIds.includes(token)) return 'stop';
     }
-    if (n >= p.maxTokens || seq.length >= this.limits.maxModelLen) return 'length';
+    if (n >= p.maxTokens || seq.promptIds.length + n >= this.limits.maxModelLen) return 'length';
     return undefined;
   }
 

@@ -8,6 +8,14 @@
 //   - token 0, position 0, adapter slot 0 (no LoRA delta), greedy sampling;
 // every kernel handles rows independently, so padding cannot change the real rows.
 import type { ScheduledSeq } from './scheduler.js';
+import type { Sequence } from './sequence.js';
+
+/**
+ * Where a row's token comes from when the host has not read it (Sequence.unread): its
+ * value, read already by the runner, or the row of the previous step whose sample it is,
+ * which that step left in the device's id buffer.
+ */
+export type UnreadToken = { token: number } | { row: number };
 
 /** Larger decode batches run eagerly (their launches are a small part of their step). */
 export const MAX_GRAPH_BATCH = 256;
@@ -44,7 +52,7 @@ export function graphIneligible(
   for (const e of batch) {
     if (e.count !== 1 || !e.samples) return 'prefill';
     if (e.seq.params.logprobs !== null) return 'logprobs requested';
-    if (e.seq.outputIds.length < e.seq.params.minTokens) return 'min_tokens masks stop tokens';
+    if (e.seq.numOutputs < e.seq.params.minTokens) return 'min_tokens masks stop tokens';
     if (e.seq.blocks.length > width) return `a sequence holds ${e.seq.blocks.length} blocks, above the table width ${width}`;
     if (Math.floor(e.start / blockSize) >= e.seq.blocks.length) return 'a token has no KV block reserved';
   }
@@ -59,7 +67,9 @@ export function graphIneligible(
  * only for the bucket's rows).
  */
 export class DecodeInputs {
-  static readonly FIELDS = ['tokens', 'positions', 'slots', 'contextLens', 'rowSlots', 'embedRows', 'topK', 'steps', 'logitRows'] as const;
+  static readonly FIELDS = [
+    'tokens', 'positions', 'slots', 'contextLens', 'rowSlots', 'embedRows', 'topK', 'steps', 'logitRows', 'fromRows',
+  ] as const;
   readonly ints: Int32Array;
   readonly tables: Int32Array;
   readonly temperature: Float32Array;
@@ -99,16 +109,21 @@ export class DecodeInputs {
 
   /**
    * Writes a decode batch into rows [0, batch.length) and padding into the rest of
-   * [0, bucket). `vocab` places each row in the embedding adapters' stacked table. Returns
-   * whether any row runs an adapter.
+   * [0, bucket). `vocab` places each row in the embedding adapters' stacked table. A row
+   * whose token is unread takes it from `unread`: a value, or fromRows[r] = the previous
+   * step's row (feedTokens fills in the token and its embedding row on the device); every
+   * other row has fromRows[r] = -1. Returns whether any row runs an adapter.
    */
-  fill(batch: readonly ScheduledSeq[], bucket: number, blockSize: number, vocab: number): boolean {
+  fill(
+    batch: readonly ScheduledSeq[], bucket: number, blockSize: number, vocab: number,
+    unread?: ReadonlyMap<Sequence, UnreadToken>,
+  ): boolean {
     if (batch.length > bucket || bucket > this.maxBucket) {
       throw new Error(`decode inputs: ${batch.length} rows in a bucket of ${bucket} (at most ${this.maxBucket})`);
     }
     const tokens = this.field('tokens'), positions = this.field('positions'), slots = this.field('slots');
     const contextLens = this.field('contextLens'), rowSlots = this.field('rowSlots'), embedRows = this.field('embedRows');
-    const topK = this.field('topK'), steps = this.field('steps');
+    const topK = this.field('topK'), steps = this.field('steps'), fromRows = this.field('fromRows');
     const W = this.width;
     let adapters = false;
     for (let r = 0; r < bucket; r++) {
@@ -117,12 +132,15 @@ export class DecodeInputs {
       const e = batch[r];
       if (e === undefined) {  // padding
         tokens[r] = 0; positions[r] = 0; slots[r] = -1; contextLens[r] = 1;
-        rowSlots[r] = 0; embedRows[r] = 0; topK[r] = 0; steps[r] = 0;
+        rowSlots[r] = 0; embedRows[r] = 0; topK[r] = 0; steps[r] = 0; fromRows[r] = -1;
         this.temperature[r] = 0; this.topP[r] = 1; this.seeds[r] = 0n;
         continue;
       }
       const { seq, start: p } = e;
-      const token = seq.tokenAt(p);
+      const source = seq.unread > 0 ? unread?.get(seq) : undefined;
+      if (seq.unread > 0 && source === undefined) throw new Error(`decode inputs: the token of sequence ${seq.id} is not read and not given`);
+      const token = source === undefined ? seq.tokenAt(p) : 'token' in source ? source.token : 0;
+      fromRows[r] = source !== undefined && 'row' in source ? source.row : -1;
       tokens[r] = token;
       positions[r] = p;
       slots[r] = seq.blocks[Math.floor(p / blockSize)] * blockSize + (p % blockSize);
@@ -132,7 +150,7 @@ export class DecodeInputs {
       embedRows[r] = seq.slot * vocab + token;
       if (seq.slot > 0) adapters = true;
       topK[r] = seq.params.topK;
-      steps[r] = seq.outputIds.length;
+      steps[r] = seq.numOutputs;
       this.temperature[r] = seq.params.temperature;
       this.topP[r] = seq.params.topP;
       this.seeds[r] = seq.seed;

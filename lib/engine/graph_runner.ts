@@ -8,21 +8,24 @@
 //
 // First use of a (bucket, LoRA) pair: the step runs eagerly on the static buffers (that
 // warm-up fills cuBLASLt's algorithm cache and workspace, which must not be allocated
-// while capturing), its ids are read, then the graph is captured (nothing runs) and later
-// steps replay it. A capture that fails is reported once and that pair stays eager.
+// while capturing), then the graph is captured (nothing runs) and later steps replay it.
+// A capture that fails is reported once and that pair stays eager.
 //
-// Not done: overlapping the host's preparation of step N+1 with step N on the GPU. The
-// engine needs step N's sampled ids to schedule step N+1 (they are its input tokens and
-// decide which sequences finish), so overlap needs the sampled ids fed back on the device
-// and finished sequences masked after the fact; until then each step waits for its ids.
+// Steps overlap (launch): a step's ids come back through pinned memory behind a fence, and
+// the engine enqueues step N+1 before it reads step N's ids. A sequence of step N whose
+// token the host has not read takes it on the device: the step's first op (feedTokens)
+// copies it from the id buffer, which step N left there, into the token inputs. Two pinned
+// buffers take turns, so step N's ids are still there while step N+1's come back.
 import { performance } from 'node:perf_hooks';
 
-import { addon, type Graph, type Tensor } from '../addon/index.js';
+import { addon, type Fence, type Graph, type Tensor } from '../addon/index.js';
 import type { KvCache, Model, StepTensors } from '../models/index.js';
 import { Workspace } from '../models/workspace.js';
 import type { SlotWeights } from '../lora/slot_weights.js';
-import { bucketFor, DecodeInputs, graphBuckets, graphIneligible, tableWidth } from './graph_inputs.js';
+import { bucketFor, DecodeInputs, graphBuckets, graphIneligible, tableWidth, type UnreadToken } from './graph_inputs.js';
+import type { Launched, Sampled } from './launched.js';
 import type { ScheduledSeq } from './scheduler.js';
+import type { Sequence } from './sequence.js';
 
 export interface GraphRunnerOptions {
   maxBatchSize: number;
@@ -49,6 +52,14 @@ export interface GraphStats {
   waitMs: number;
 }
 
+/** Where a launch's ids come back: a pinned buffer and the fence after its copy. */
+interface Readback {
+  host: Tensor;
+  fence: Fence;
+  /** The launch whose ids are in flight to `host`, until they are read. */
+  pending?: GraphLaunch;
+}
+
 /** The device side: static inputs and outputs for the largest bucket, and the workspace. */
 interface Statics {
   lora: SlotWeights | undefined;
@@ -59,6 +70,9 @@ interface Statics {
   seeds: Tensor;
   ids: Tensor;
   ws: Workspace;
+  readbacks: [Readback, Readback];
+  /** Which readback the next launch uses. */
+  turn: number;
   /** Views for each bucket size, made on first use. */
   views: Map<number, BucketViews>;
 }
@@ -71,8 +85,30 @@ interface BucketViews {
   seeds: Tensor;
   steps: Tensor;
   ids: Tensor;
+  fromRows: Tensor;
   tables: Tensor;
   owned: Tensor[];
+}
+
+/** A step this runner enqueued: its ids are read from its readback on first ask. */
+class GraphLaunch implements Launched {
+  private ids?: Sampled[];
+
+  constructor(
+    readonly runner: GraphRunner, readonly batch: readonly ScheduledSeq[], private readonly readback: Readback,
+    private readonly stats: GraphStats,
+  ) {}
+
+  sampled(): Sampled[] {
+    if (this.ids) return this.ids;
+    const t0 = performance.now();
+    this.readback.fence.wait();
+    const all = this.readback.host.toArray() as Int32Array;
+    this.ids = Array.from(all.subarray(0, this.batch.length), (tokenId) => ({ tokenId }));
+    this.readback.pending = undefined;
+    this.stats.waitMs += performance.now() - t0;
+    return this.ids;
+  }
 }
 
 export class GraphRunner {
@@ -100,35 +136,62 @@ export class GraphRunner {
     return graphIneligible(batch, this.host.maxBucket, this.width, this.options.blockSize);
   }
 
-  /** Runs an eligible decode step; returns each row's sampled token id. */
-  run(batch: readonly ScheduledSeq[]): number[] {
+  /**
+   * Enqueues an eligible decode step and returns at once. Its rows whose token is unread
+   * take it from `prev`, the step launched just before (on the device when this runner
+   * launched it, else from its samples).
+   */
+  launch(batch: readonly ScheduledSeq[], prev?: Launched): Launched {
     const started = performance.now();
     const why = this.ineligible(batch);
     if (why !== undefined) throw new Error(`graph runner: this step cannot replay a graph (${why})`);
     const s = this.ensureStatics();
-    const n = batch.length;
-    const bucket = bucketFor(this.buckets, n)!;
-    const adapters = this.host.fill(batch, bucket, this.options.blockSize, this.model.config.vocabSize);
+    const bucket = bucketFor(this.buckets, batch.length)!;
+    const adapters = this.host.fill(batch, bucket, this.options.blockSize, this.model.config.vocabSize, this.unreadFrom(batch, prev));
     const withLora = adapters && s.lora !== undefined;
     const v = this.viewsFor(bucket);
+    const readback = s.readbacks[s.turn];
+    s.turn ^= 1;
+    readback.pending?.sampled();  // two launches back: read before its buffer is reused
     this.upload(v, bucket);
     const key = `${bucket}/${withLora ? 'lora' : 'base'}`;
     const graph = this.graphs.get(key);
-    if (graph && 'replay' in graph) {
-      graph.replay();
-      this.stats.replays++;
-      const enqueued = performance.now();
-      const ids = Array.from((v.ids.toArray() as Int32Array).subarray(0, n));
-      const done = performance.now();
-      this.stats.hostMs += enqueued - started;
-      this.stats.waitMs += done - enqueued;
-      return ids;
+    const replay = graph !== undefined && 'replay' in graph;
+    if (replay) graph.replay();
+    else this.enqueueStep(v, withLora);
+    const host = readback.host.narrow(0, bucket);
+    try {
+      v.ids.copyToAsync(host);
+    } finally {
+      host.dispose();
     }
-    this.enqueueStep(v, withLora);
-    this.stats.warmups++;
-    const ids = Array.from((v.ids.toArray() as Int32Array).subarray(0, n));
-    if (graph === undefined) this.capture(key, v, withLora, bucket);
-    return ids;
+    readback.fence.record();
+    const launched = new GraphLaunch(this, batch, readback, this.stats);
+    readback.pending = launched;
+    if (replay) {
+      this.stats.replays++;
+      this.stats.hostMs += performance.now() - started;
+    } else {
+      this.stats.warmups++;
+      if (graph === undefined) this.capture(key, v, withLora, bucket);
+    }
+    return launched;
+  }
+
+  /** Runs an eligible decode step and reads its ids. */
+  run(batch: readonly ScheduledSeq[]): number[] {
+    return this.launch(batch).sampled().map((s) => s.tokenId);
+  }
+
+  /** Where each unread token of the batch comes from: prev's row, or prev's sample. */
+  private unreadFrom(batch: readonly ScheduledSeq[], prev?: Launched): Map<Sequence, UnreadToken> | undefined {
+    if (!batch.some((e) => e.seq.unread > 0)) return undefined;
+    if (!prev) throw new Error('graph runner: a token is unread but no previous step was given');
+    if (prev instanceof GraphLaunch && prev.runner === this) {
+      return new Map(prev.batch.map((e, row): [Sequence, UnreadToken] => [e.seq, { row }]));  // every row samples
+    }
+    const sampled = prev.sampled();
+    return new Map(prev.batch.filter((e) => e.samples).map((e, i): [Sequence, UnreadToken] => [e.seq, { token: sampled[i].tokenId }]));
   }
 
   dispose(): void {
@@ -136,14 +199,22 @@ export class GraphRunner {
     this.graphs.clear();
     const s = this.statics;
     if (!s) return;
+    for (const r of s.readbacks) {
+      r.fence.wait();  // its copy into the pinned buffer has run
+      r.fence.dispose();
+      r.host.dispose();
+    }
     for (const v of s.views.values()) v.owned.forEach((t) => t.dispose());
     for (const t of [s.ints, s.tables, s.temperature, s.topP, s.seeds, s.ids]) t.dispose();
     s.ws.dispose();
     this.statics = undefined;
   }
 
-  /** The step's ops, enqueued on the static buffers: forward, then sampling. */
+  /** The step's ops, enqueued on the static buffers: unread tokens in, forward, then sampling. */
   private enqueueStep(v: BucketViews, withLora: boolean): void {
+    const s = this.statics!;
+    const lora = v.step.lora!;
+    addon.feedTokens(v.step.tokens, lora.embedRows, s.ids, v.fromRows, lora.rowSlots, this.model.config.vocabSize);
     const step = withLora ? v.step : { ...v.step, lora: undefined };
     const logits = this.model.forward(step, this.kv, this.statics!.ws);
     try {
@@ -194,8 +265,10 @@ export class GraphRunner {
       const topP = make(addon.empty('f32', [M], 'cuda'));
       const seeds = make(addon.empty('i64', [M], 'cuda'));
       const ids = make(addon.zeros('i32', [M], 'cuda'));
+      const readback = (): Readback => ({ host: make(addon.pinnedEmpty('i32', [M])), fence: addon.fence() });
+      const readbacks: [Readback, Readback] = [readback(), readback()];
       const ws = new Workspace(this.model.config, this.model.placement, M, M, lora);
-      this.statics = { lora, ints, tables, temperature, topP, seeds, ids, ws, views: new Map() };
+      this.statics = { lora, ints, tables, temperature, topP, seeds, ids, ws, readbacks, turn: 0, views: new Map() };
       return this.statics;
     } catch (e) {
       made.forEach((t) => t.dispose());
@@ -233,6 +306,7 @@ export class GraphRunner {
       seeds: own(s.seeds.narrow(0, B)),
       steps: field('steps'),
       ids: own(s.ids.narrow(0, B)),
+      fromRows: field('fromRows'),
       tables: step.blockTables,
       owned,
     };

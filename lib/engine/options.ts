@@ -23,6 +23,8 @@ export interface EngineOptions {
   onProgress?: (message: string) => void;
   /** Decode steps as replayed CUDA graphs on cuda (default true; MSTAR_CUDA_GRAPHS=0 turns them off). */
   cudaGraphs?: boolean;
+  /** Decode steps enqueued before the previous one's samples are read (default: with CUDA graphs; MSTAR_OVERLAP=0 turns it off). */
+  overlapSteps?: boolean;
 }
 
 const OFF = ['0', 'false', 'off', 'no'];
@@ -44,6 +46,17 @@ function envSwitch(name: string, env: NodeJS.ProcessEnv): boolean | undefined {
 export function cudaGraphsSetting(option: boolean | undefined, env: NodeJS.ProcessEnv = process.env): boolean {
   if (envSwitch('MSTAR_CUDA_GRAPHS', env) === false) return false;
   return option ?? true;
+}
+
+/**
+ * Whether the engine enqueues each decode step before it reads the previous one's samples
+ * (Engine): MSTAR_OVERLAP=0 turns it off whatever the option says; otherwise the option,
+ * by default on wherever decode steps replay CUDA graphs (elsewhere they run synchronously,
+ * so there is nothing to overlap).
+ */
+export function overlapSetting(option: boolean | undefined, graphs: boolean, env: NodeJS.ProcessEnv = process.env): boolean {
+  if (envSwitch('MSTAR_OVERLAP', env) === false) return false;
+  return option ?? graphs;
 }
 
 /** MSTAR_PROFILE=1: the model runner times its steps and prints a summary (every 1000 steps, and at close). */
@@ -103,5 +116,6 @@ export function engineLimits(config: ModelConfig, o: EngineOptions, placement: P
       slots: o.lora.slots, maxRank: o.lora.maxRank, hostCache: o.lora.hostCache, targets: o.lora.targets, sliceSteps: o.lora.sliceSteps,
     },
     cudaGraphs: o.cudaGraphs,
+    overlapSteps: o.overlapSteps,
   };
 }

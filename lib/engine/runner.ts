@@ -7,13 +7,11 @@ import { KvCache, stepTensors, type Model, type StepInput } from '../models/inde
 import { Workspace } from '../models/workspace.js';
 import type { SlotWeights } from '../lora/slot_weights.js';
 import { GraphRunner, type GraphRunnerOptions, type GraphStats } from './graph_runner.js';
+import type { Launched, Sampled } from './launched.js';
 import type { ScheduledSeq } from './scheduler.js';
-import type { TokenLogprob } from './types.js';
+import type { Sequence } from './sequence.js';
 
-export interface Sampled {
-  tokenId: number;
-  logprob?: TokenLogprob;
-}
+export type { Launched, Sampled };
 
 export interface RunnerOptions extends GraphRunnerOptions {
   /** Decode steps as replayed CUDA graphs (only where the model is on cuda). */
@@ -22,7 +20,7 @@ export interface RunnerOptions extends GraphRunnerOptions {
   profile?: boolean;
 }
 
-/** Host wall time per step, by path (the graph path includes waiting for its ids). */
+/** Host wall time per step, by path (the graph path's waits for ids are GraphStats.waitMs). */
 interface Timing {
   steps: number;
   ms: number;
@@ -46,14 +44,25 @@ export class ModelRunner {
 
   /** Runs the step; returns one sample per entry whose chunk ends its sequence, in order. */
   run(batch: readonly ScheduledSeq[]): Sampled[] {
-    if (!this.options?.profile) return this.runStep(batch).sampled;
-    const t0 = performance.now();
-    const { sampled, graph } = this.runStep(batch);
-    const t = graph ? this.timing.graph : this.timing.eager;
-    t.steps++;
-    t.ms += performance.now() - t0;
-    if ((this.timing.graph.steps + this.timing.eager.steps) % 1000 === 0) console.error(this.profileLine());
-    return sampled;
+    return this.launch(batch).sampled();
+  }
+
+  /**
+   * Starts the step and returns at once where it replays a graph (its samples are read
+   * when asked for); otherwise runs it. Entries whose token is unread (Sequence.unread)
+   * take it from `prev`, the step launched just before.
+   */
+  launch(batch: readonly ScheduledSeq[], prev?: Launched): Launched {
+    const t0 = this.options?.profile ? performance.now() : 0;
+    const graph = this.graphs !== undefined && this.graphs.ineligible(batch) === undefined;
+    const launched = graph ? this.graphs!.launch(batch, prev) : this.runEager(batch, prev);
+    if (this.options?.profile) {
+      const t = graph ? this.timing.graph : this.timing.eager;
+      t.steps++;
+      t.ms += performance.now() - t0;
+      if ((this.timing.graph.steps + this.timing.eager.steps) % 1000 === 0) console.error(this.profileLine());
+    }
+    return launched;
   }
 
   graphStats(): GraphStats | undefined {
@@ -62,8 +71,8 @@ export class ModelRunner {
 
   /** One line of MSTAR_PROFILE numbers: steps and mean host ms per step, by path. */
   profileLine(): string {
-    const mean = (t: Timing) => (t.steps ? (t.ms / t.steps).toFixed(3) : '-');
     const g = this.graphs?.stats;
+    const mean = (t: Timing) => (t.steps ? ((t.ms + (t === this.timing.graph ? g?.waitMs ?? 0 : 0)) / t.steps).toFixed(3) : '-');
     const perReplay = (ms: number) => (g && g.replays ? (ms / g.replays).toFixed(3) : '-');
     return `mstar profile: ${this.timing.graph.steps} graph steps (${mean(this.timing.graph)} ms each), ` +
       `${this.timing.eager.steps} eager steps (${mean(this.timing.eager)} ms each)` +
@@ -77,20 +86,14 @@ export class ModelRunner {
     this.eagerWs?.dispose();
   }
 
-  private runStep(batch: readonly ScheduledSeq[]): { sampled: Sampled[]; graph: boolean } {
-    if (this.graphs && this.graphs.ineligible(batch) === undefined) {
-      return { sampled: this.graphs.run(batch).map((tokenId) => ({ tokenId })), graph: true };
-    }
-    return { sampled: this.runEager(batch), graph: false };
-  }
-
-  private runEager(batch: readonly ScheduledSeq[]): Sampled[] {
-    const input = this.inputs(batch);
+  private runEager(batch: readonly ScheduledSeq[], prev?: Launched): Launched {
+    const input = this.inputs(batch, unreadTokens(batch, prev));
     const tensors = stepTensors(input, this.model.placement.device);
     let logits: Tensor | undefined;
     try {
       logits = this.model.forward(tensors, this.kv, this.eagerWorkspace());
-      return this.sample(batch.filter((e) => e.samples), logits);
+      const sampled = this.sample(batch.filter((e) => e.samples), logits);
+      return { batch, sampled: () => sampled };
     } finally {
       tensors.dispose();
       logits?.dispose();
@@ -115,7 +118,8 @@ export class ModelRunner {
     return this.eagerWs;
   }
 
-  private inputs(batch: readonly ScheduledSeq[]): StepInput {
+  /** unread: the value of each unread token of the batch. */
+  private inputs(batch: readonly ScheduledSeq[], unread?: ReadonlyMap<Sequence, number>): StepInput {
     const bs = this.kv.blockSize;
     const numTokens = batch.reduce((n, e) => n + e.count, 0);
     const maxBlocks = Math.max(1, ...batch.map((e) => e.seq.blocks.length));
@@ -128,7 +132,7 @@ export class ModelRunner {
     let t = 0, rows = 0;
     batch.forEach((e, i) => {
       for (let p = e.start; p < e.start + e.count; p++, t++) {
-        s.tokens[t] = e.seq.tokenAt(p);
+        s.tokens[t] = p < e.seq.length - e.seq.unread ? e.seq.tokenAt(p) : unread!.get(e.seq)!;
         s.positions[t] = p;
         s.slots[t] = e.seq.blocks[Math.floor(p / bs)] * bs + (p % bs);
       }
@@ -156,7 +160,7 @@ export class ModelRunner {
 
   /** Whether a row is still under min_tokens, so its EOS and stop tokens are masked. */
   private masks(e: ScheduledSeq): boolean {
-    return e.seq.outputIds.length < e.seq.params.minTokens;
+    return e.seq.numOutputs < e.seq.params.minTokens;
   }
 
   /**
@@ -200,7 +204,7 @@ export class ModelRunner {
         t(addon.fromArray('i32', [n], Int32Array.from(p, (x) => x.topK), device)),
         t(addon.fromArray('f32', [n], Float32Array.from(p, (x) => x.topP), device)),
         t(addon.fromArray('i64', [n], BigInt64Array.from(entries, (e) => e.seq.seed), device)),
-        t(addon.fromArray('i32', [n], Int32Array.from(entries, (e) => e.seq.outputIds.length), device)),
+        t(addon.fromArray('i32', [n], Int32Array.from(entries, (e) => e.seq.numOutputs), device)),
       );
       const chosen = ids.toArray() as Int32Array;
       if (k < 0) return Array.from(chosen, (tokenId) => ({ tokenId }));
@@ -217,4 +221,12 @@ export class ModelRunner {
       owned.forEach((x) => x.dispose());
     }
   }
+}
+
+/** The value of each unread token of the batch, from prev's samples (every unread token is one of prev's). */
+function unreadTokens(batch: readonly ScheduledSeq[], prev?: Launched): Map<Sequence, number> | undefined {
+  if (!batch.some((e) => e.seq.unread > 0)) return undefined;
+  if (!prev) throw new Error('model runner: a token is unread but no previous step was given');
+  const sampled = prev.sampled();
+  return new Map(prev.batch.filter((e) => e.samples).map((e, i) => [e.seq, sampled[i].tokenId]));
 }

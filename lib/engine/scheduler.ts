@@ -8,6 +8,7 @@ import type { Sequence } from './sequence.js';
 export interface SchedulerLimits {
   maxBatchSize: number;
   maxNumBatchedTokens: number;
+  maxModelLen: number;
 }
 
 export interface ScheduledSeq {
@@ -79,6 +80,11 @@ export class Scheduler {
 
     for (let i = 0; i < this.running.length && budget > 0; ) {
       const seq = this.running[i];
+      // Its last token is still on the GPU: it finishes once that is read, no step follows.
+      if (seq.endsWithUnread(this.limits.maxModelLen)) {
+        i++;
+        continue;
+      }
       const count = Math.min(seq.pending, budget);
       if (!this.reserveOrPreempt(seq, count)) continue;  // seq itself was preempted
       out.push(this.entry(seq, count));
@@ -91,7 +97,8 @@ export class Scheduler {
     // Arrival order; a request whose adapter has no slot yet waits without holding up the rest.
     for (let i = 0; i < this.waiting.length && budget > 0 && this.running.length < this.limits.maxBatchSize; ) {
       const seq = this.waiting[i];
-      if (!this.hooks.acquire(seq)) {
+      // Paused or preempted with a token still on the GPU: it rejoins once that is read.
+      if (seq.unread > 0 || !this.hooks.acquire(seq)) {
         i++;
         continue;
       }

@@ -23,6 +23,12 @@ export class Sequence {
   /** The adapter's registration key (null: base model) and the slot pinned while running. */
   adapterKey: string | null = null;
   slot = 0;
+  /**
+   * Tokens sampled that the host has not read yet: with overlapped steps, the last step's
+   * (2 for a moment while the next one is enqueued). They count in length; the next step
+   * takes them on the device.
+   */
+  unread = 0;
 
   constructor(
     readonly id: string,
@@ -34,10 +40,21 @@ export class Sequence {
   }
 
   get length(): number {
-    return this.promptIds.length + this.outputIds.length;
+    return this.promptIds.length + this.outputIds.length + this.unread;
+  }
+
+  /** Tokens generated so far, read or not: the sampler's step for the next one. */
+  get numOutputs(): number {
+    return this.outputIds.length + this.unread;
+  }
+
+  /** Whether the unread token is surely the last (max_tokens or the model's length reached): no step follows it. */
+  endsWithUnread(maxModelLen: number): boolean {
+    return this.unread > 0 && (this.numOutputs >= this.params.maxTokens || this.length >= maxModelLen);
   }
 
   tokenAt(i: number): number {
+    if (i >= this.promptIds.length + this.outputIds.length) throw new Error(`sequence ${this.id}: token ${i} is not read yet`);
     return i < this.promptIds.length ? this.promptIds[i] : this.outputIds[i - this.promptIds.length];
   }
 

@@ -68,8 +68,9 @@ function loop(): void {
   try {
     const outputs = engine.step();
     const stats = engine.stats();  // once per step: it walks the waiting list
-    ran = stats.steps !== stepsBefore;
-    if (outputs.length > 0 || ran) send({ type: 'outputs', outputs, stats });
+    // Progress: a step ran, or an overlapped step's samples were read.
+    ran = stats.steps !== stepsBefore || outputs.length > 0;
+    if (ran) send({ type: 'outputs', outputs, stats });
   } catch (e) {
     send({ type: 'fatal', message: `engine step failed: ${(e as Error).stack ?? e}` });
     process.exit(1);

@@ -37,4 +37,13 @@ void gatherRows(float* out, const float* x, const int32_t* idx, int64_t m, int64
   for (int64_t r = 0; r < m; ++r) std::memcpy(out + r * dim, x + int64_t(idx[r]) * dim, size_t(dim) * 4);
 }
 
+void feedTokens(int32_t* tokens, int32_t* embedRows, const int32_t* sampled, const int32_t* from, const int32_t* rowSlots,
+                int vocab, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (from[i] < 0) continue;
+    tokens[i] = sampled[from[i]];
+    embedRows[i] = rowSlots[i] * vocab + tokens[i];
+  }
+}
+
 }  // namespace mstar::cpu

@@ -32,6 +32,9 @@ void rope(float* qkv, const int32_t* positions, const float* invFreq, int64_t n,
 void siluMul(float* out, const float* gateUp, int64_t n, int64_t inter);
 void add(float* out, const float* a, const float* b, int64_t n);
 void gatherRows(float* out, const float* x, const int32_t* idx, int64_t m, int64_t dim);
+// Where from[i] >= 0: tokens[i] = sampled[from[i]], embedRows[i] = rowSlots[i] * vocab + tokens[i].
+void feedTokens(int32_t* tokens, int32_t* embedRows, const int32_t* sampled, const int32_t* from, const int32_t* rowSlots,
+                int vocab, int64_t n);
 
 // Paged KV cache: [numBlocks, blockSize, numKvHeads, headDim] for k and for v.
 struct KvCache {

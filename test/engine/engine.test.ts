@@ -2,6 +2,7 @@
 // prefill, preemption and the prefix cache all give each request its tokens run alone.
 import { describe, expect, it } from 'vitest';
 
+import type { EngineLimits } from '../../lib/engine/engine.js';
 import { readParityFixture } from '../parity/fixture.js';
 import { engine, greedy, prompts, runAll } from './helpers.js';
 
@@ -14,19 +15,22 @@ function alone(p: number[], maxTokens: number): number[] {
   return runAll(e).get('x')!.tokens;
 }
 
-describe('engine scheduling', () => {
+// Each case also runs with overlapped steps (each decode step enqueued before the previous
+// one's samples are read; on the GPU the default): a request's tokens must not change.
+describe.each([false, true])('engine scheduling (overlapped steps: %s)', (overlapSteps) => {
+  const make = (limits: Partial<EngineLimits> = {}) => engine({ overlapSteps, ...limits });
   const expected = reqs.map((p, i) => alone(p, 4 + (i % 5)));
 
   it('reproduces the HF greedy tokens for the fixture prompts', () => {
     const fx = readParityFixture('tiny-qwen3');
-    const e = engine();
+    const e = make();
     fx.cases.forEach((c, i) => e.add({ id: `${i}`, promptIds: c.promptIds, params: greedy(c.outputIds.length) }));
     const out = runAll(e);
     fx.cases.forEach((c, i) => expect(out.get(`${i}`)!.tokens).toEqual(c.outputIds));
   });
 
   it('16 concurrent requests of mixed lengths get the tokens each gets alone', () => {
-    const e = engine();
+    const e = make();
     reqs.forEach((p, i) => e.add({ id: `${i}`, promptIds: p, params: greedy(4 + (i % 5)) }));
     const out = runAll(e);
     reqs.forEach((_, i) => {
@@ -37,23 +41,25 @@ describe('engine scheduling', () => {
   });
 
   it('chunked prefill under a small token budget and a small batch changes nothing', () => {
-    const e = engine({ maxNumBatchedTokens: 11, maxBatchSize: 3 });
+    const e = make({ maxNumBatchedTokens: 11, maxBatchSize: 3 });
     reqs.forEach((p, i) => e.add({ id: `${i}`, promptIds: p, params: greedy(4 + (i % 5)) }));
     const out = runAll(e);
     reqs.forEach((_, i) => expect(out.get(`${i}`)!.tokens).toEqual(expected[i]));
   });
 
   it('preempts under a tiny KV budget and still completes every request correctly', () => {
-    const e = engine({ numBlocks: 20, blockSize: 4 });
-    reqs.slice(0, 10).forEach((p, i) => e.add({ id: `${i}`, promptIds: p, params: greedy(4 + (i % 5)) }));
+    // 12 tokens each: the running requests outgrow the cache while they decode.
+    const some = reqs.slice(0, 9);
+    const e = make({ numBlocks: 20, blockSize: 4 });
+    some.forEach((p, i) => e.add({ id: `${i}`, promptIds: p, params: greedy(12) }));
     const out = runAll(e);
-    reqs.slice(0, 10).forEach((_, i) => expect(out.get(`${i}`)!.tokens).toEqual(expected[i]));
+    some.forEach((p, i) => expect(out.get(`${i}`)!.tokens).toEqual(alone(p, 12)));
     expect(e.stats().preemptions).toBeGreaterThan(0);
     expect(e.stats().kvBlocksUsed).toBe(0);
   });
 
   it('serves a repeated prefix from the cache with the same tokens', () => {
-    const e = engine({ blockSize: 4 });
+    const e = make({ blockSize: 4 });
     const p = reqs[15];
     e.add({ id: 'a', promptIds: p, params: greedy(6) });
     const first = runAll(e).get('a')!;
@@ -66,7 +72,7 @@ describe('engine scheduling', () => {
   });
 
   it('abort frees the request and its blocks at once', () => {
-    const e = engine();
+    const e = make();
     e.add({ id: 'a', promptIds: reqs[9], params: greedy(50) });
     e.step();
     expect(e.stats().kvBlocksUsed).toBeGreaterThan(0);
@@ -79,7 +85,7 @@ describe('engine scheduling', () => {
     const p = reqs[3];
     const free = alone(p, 8);
     const stopAt = free[3];
-    const e = engine();
+    const e = make();
     e.add({ id: 's', promptIds: p, params: greedy(8, { stopTokenIds: [stopAt] }) });
     e.add({ id: 'm', promptIds: p, params: greedy(8, { stopTokenIds: [stopAt], minTokens: 8 }) });
     const out = runAll(e);
@@ -97,7 +103,7 @@ describe('engine scheduling', () => {
   it('reports the model\'s logprobs before the min_tokens mask, as vLLM does', () => {
     const p = reqs[3];
     const stopAt = alone(p, 1)[0];  // the free run's first token, banned by min_tokens below
-    const e = engine();
+    const e = make();
     e.add({ id: 'free', promptIds: p, params: greedy(1, { logprobs: 3 }) });
     e.add({ id: 'masked', promptIds: p, params: greedy(1, { logprobs: 3, stopTokenIds: [stopAt], minTokens: 2 }) });
     const last = (id: string) => runAllOf.get(id)!.last.logprobs![0];
@@ -108,7 +114,7 @@ describe('engine scheduling', () => {
   });
 
   it('refuses sampling parameters the sampler cannot take, before anything changes', () => {
-    const e = engine();
+    const e = make();
     for (const [extra, message] of [
       [{ temperature: NaN }, /temperature NaN is not a number >= 0/], [{ temperature: -1 }, /temperature -1/],
       [{ topP: 0 }, /top_p 0 is not in \(0, 1\]/], [{ topK: 1.5 }, /top_k 1.5 is not an integer >= 0/],
@@ -120,16 +126,16 @@ describe('engine scheduling', () => {
 
   it('seeded sampling draws the same tokens alone and in a batch', () => {
     const params = greedy(10, { temperature: 0.9, topK: 50, topP: 0.95, seed: 1234 });
-    const solo = engine();
+    const solo = make();
     solo.add({ id: 'x', promptIds: reqs[4], params });
     const a = runAll(solo).get('x')!.tokens;
-    const batch = engine({ maxNumBatchedTokens: 13 });
+    const batch = make({ maxNumBatchedTokens: 13 });
     reqs.forEach((p, i) => batch.add({ id: `${i}`, promptIds: p, params: i === 4 ? params : greedy(3) }));
     expect(runAll(batch).get('4')!.tokens).toEqual(a);
   });
 
   it('refuses requests it can never run, changing nothing', () => {
-    const e = engine({ numBlocks: 4, blockSize: 4 });
+    const e = make({ numBlocks: 4, blockSize: 4 });
     expect(() => e.add({ id: 'a', promptIds: [], params: greedy(1) })).toThrow(/prompt is empty/);
     expect(() => e.add({ id: 'a', promptIds: [99999], params: greedy(1) })).toThrow(/not in the vocabulary/);
     expect(() => e.add({ id: 'a', promptIds: reqs[0], params: greedy(300) })).toThrow(/256-token limit/);
@@ -140,7 +146,7 @@ describe('engine scheduling', () => {
   it('returns logprobs of the chosen token and the top tokens', () => {
     const fx = readParityFixture('tiny-qwen3');
     const c = fx.cases[2];
-    const e = engine();
+    const e = make();
     e.add({ id: 'l', promptIds: c.promptIds, params: greedy(3, { logprobs: 5 }) });
     const outs = [];
     while (e.hasWork()) outs.push(...e.step());

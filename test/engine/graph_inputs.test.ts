@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import {
   bucketFor, DecodeInputs, graphBuckets, graphIneligible, MAX_GRAPH_BATCH, tableWidth,
 } from '../../lib/engine/graph_inputs.js';
-import { cudaGraphsSetting, profileSetting } from '../../lib/engine/options.js';
+import { cudaGraphsSetting, overlapSetting, profileSetting } from '../../lib/engine/options.js';
 import type { ScheduledSeq } from '../../lib/engine/scheduler.js';
 import { Sequence } from '../../lib/engine/sequence.js';
 import { greedy } from './helpers.js';
@@ -101,6 +101,27 @@ describe('decode inputs', () => {
     expect(Array.from(d.tables)).toEqual([2, -1, -1, -1, -1, -1, -1, -1]);
   });
 
+  it('a token the host has not read comes from its value, or from the previous step\'s row on the device', () => {
+    const vocab = 10;
+    const d = new DecodeInputs(4, 2);
+    const known = decoding([1, 2], [], [0]);
+    const given = decoding([3], [4], [1], { slot: 2 });
+    const onDevice = decoding([5], [6], [2], { slot: 1 });
+    for (const e of [given, onDevice]) {
+      e.seq.unread = 1;  // the token at e.start, sampled by the last step, not read
+      e.seq.numComputed = e.start;
+    }
+    const unread = new Map([[given.seq, { token: 9 }], [onDevice.seq, { row: 3 }]]);
+    d.fill([known, { ...given, start: given.seq.length - 1 }, { ...onDevice, start: onDevice.seq.length - 1 }], 4, BS, vocab, unread);
+    const f = (name: (typeof DecodeInputs.FIELDS)[number]) => Array.from(d.field(name));
+    expect(f('tokens')).toEqual([2, 9, 0, 0]);
+    expect(f('fromRows')).toEqual([-1, -1, 3, -1]);
+    expect(f('embedRows')).toEqual([2, 2 * vocab + 9, vocab, 0]);  // row 2's is made on the device with its token
+    expect(f('positions')).toEqual([1, 2, 2, 0]);
+    expect(f('steps')).toEqual([0, 2, 2, 0]);  // the unread token counts as generated
+    expect(() => d.fill([{ ...onDevice, start: onDevice.seq.length - 1 }], 4, BS, vocab)).toThrow(/not read and not given/);
+  });
+
   it('refuse a batch larger than the bucket', () => {
     const d = new DecodeInputs(4, 2);
     expect(() => d.fill([decoding([1], [], [0]), decoding([2], [], [1])], 1, BS, 10)).toThrow(/2 rows in a bucket of 1/);
@@ -108,7 +129,7 @@ describe('decode inputs', () => {
 });
 
 describe('settings', () => {
-  it('MSTAR_CUDA_GRAPHS=0 turns graphs off; otherwise the option, default on', () => {
+  it('MSTAR_CUDA_GRAPHS=0 turns graphs off, MSTAR_OVERLAP=0 overlapped steps; otherwise the options', () => {
     expect(cudaGraphsSetting(undefined, {})).toBe(true);
     expect(cudaGraphsSetting(false, {})).toBe(false);
     expect(cudaGraphsSetting(true, { MSTAR_CUDA_GRAPHS: '0' })).toBe(false);
@@ -116,6 +137,10 @@ describe('settings', () => {
     expect(cudaGraphsSetting(undefined, { MSTAR_CUDA_GRAPHS: '1' })).toBe(true);
     expect(cudaGraphsSetting(false, { MSTAR_CUDA_GRAPHS: '1' })).toBe(false);
     expect(() => cudaGraphsSetting(undefined, { MSTAR_CUDA_GRAPHS: 'maybe' })).toThrow(/MSTAR_CUDA_GRAPHS=maybe/);
+    expect(overlapSetting(undefined, true, {})).toBe(true);
+    expect(overlapSetting(undefined, false, {})).toBe(false);
+    expect(overlapSetting(true, false, {})).toBe(true);
+    expect(overlapSetting(true, true, { MSTAR_OVERLAP: '0' })).toBe(false);
     expect(profileSetting({ MSTAR_PROFILE: '1' })).toBe(true);
     expect(profileSetting({})).toBe(false);
   });

@@ -1,8 +1,9 @@
-// CUDA graphs: the native capture/replay API and asynchronous uploads; then the engine's
-// decode steps as replayed graphs, which must give exactly the eager engine's tokens (the
-// same kernels on the same rows: batches here stay within the GEMV sizes and attention's
-// single split, so the numbers are bit for bit the same), for any adapter mix without a
-// new capture, over buckets 1/2/4/8 with padded rows; and with f32 activations HF's tokens.
+// CUDA graphs: the native capture/replay API, asynchronous uploads and readbacks; then the
+// engine's decode steps as replayed graphs (overlapped or not), which must give exactly the
+// eager engine's tokens (the same kernels on the same rows: batches here stay within the
+// GEMV sizes and attention's single split, so the numbers are bit for bit the same), for
+// any adapter mix without a new capture, over buckets 1/2/4/8 with padded rows; and with
+// f32 activations HF's tokens.
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -73,6 +74,32 @@ describeGpu('captureGraph and copyFromAsync', () => {
     expect(values(out)).toEqual([3, 6]);
     g.dispose();
     [t, out].forEach((x) => x.dispose());
+  });
+
+  it('copyToAsync and a fence bring results back while later ops are queued; feedTokens matches the cpu', () => {
+    const ids = addon.fromArray('i32', [3], Int32Array.from([30, 31, 32]), 'cuda');
+    const host = addon.pinnedEmpty('i32', [3]);
+    const fence = addon.fence();
+    fence.wait();  // never recorded: returns at once
+    ids.copyToAsync(host);
+    fence.record();
+    // Queued behind the copy, changing ids: the copy must have taken the old values.
+    const tokens = addon.fromArray('i32', [4], Int32Array.from([7, 8, 9, 10]), 'cuda');
+    const embedRows = addon.fromArray('i32', [4], Int32Array.from([1, 2, 3, 4]), 'cuda');
+    const from = addon.fromArray('i32', [4], Int32Array.from([-1, 2, 0, 5]), 'cuda');  // 5: past the samples, ignored
+    const slots = addon.fromArray('i32', [4], Int32Array.from([0, 1, 2, 3]), 'cuda');
+    addon.feedTokens(tokens, embedRows, ids, from, slots, 100);
+    addon.fill(ids, 0);
+    fence.wait();
+    expect(Array.from(host.toArray())).toEqual([30, 31, 32]);
+    expect(Array.from(tokens.toArray())).toEqual([7, 32, 30, 10]);
+    expect(Array.from(embedRows.toArray())).toEqual([1, 132, 230, 4]);
+    expect(() => ids.copyToAsync(addon.empty('i32', [3]))).toThrow(/dst must be a pinned cpu tensor/);
+    expect(() => ids.copyToAsync(addon.pinnedEmpty('i32', [4]))).toThrow(/dst is i32\[4\] but the tensor is i32\[3\]/);
+    expect(() => addon.captureGraph(() => fence.record())).toThrow(/while a CUDA graph is being captured/);
+    fence.dispose();
+    expect(() => fence.wait()).toThrow(/Fence was disposed/);
+    [ids, host, tokens, embedRows, from, slots].forEach((t) => t.dispose());
   });
 
   it('scratch allocated and freed inside a capture is fine; a buffer allocated inside and kept is refused', () => {
@@ -159,15 +186,18 @@ describeGpu('decode steps as CUDA graphs', () => {
     for (const act of ['bf16', 'f32'] as const) {
       it(`${modelName}, ${act}: the eager engine's tokens; one capture per bucket serves every adapter mix`, async () => {
         const eager = await start(modelName, act, false);
-        const graphs = await start(modelName, act, true);
+        const graphs = await start(modelName, act, true);  // overlapped steps: on by default with graphs
+        const sync = await start(modelName, act, true, { overlapSteps: false });
         expect(eager.e.graphStats()).toBeUndefined();
         const capturesAfter: number[] = [];
         for (let p = 0; p < phases.length; p++) {
           const want = generate(eager.e, reqsOf(p));
           const got = generate(graphs.e, reqsOf(p));
           expect(got, phases[p].label).toEqual(want);
+          expect(generate(sync.e, reqsOf(p)), `${phases[p].label}, steps not overlapped`).toEqual(want);
           capturesAfter.push(graphs.e.graphStats()!.captures);
         }
+        sync.close();
         const s = graphs.e.graphStats()!;
         console.log(`${modelName} ${act}: ${JSON.stringify(s)}`);
         expect(s.failures).toBe(0);

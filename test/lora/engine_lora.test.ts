@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { ALL_TARGETS, readAdapter } from '../../lib/lora/adapter.js';
 import { beforeAll, describe, expect, it } from 'vitest';
 
-import type { Engine } from '../../lib/engine/engine.js';
+import type { Engine, EngineLimits } from '../../lib/engine/engine.js';
 import type { RequestOutput } from '../../lib/engine/types.js';
 import { locateModule } from '../../lib/checkpoint/locate.js';
 import { engine, greedy, prompts, runAll, tinyModel } from '../engine/helpers.js';
@@ -46,13 +46,14 @@ async function alone(p: number[], adapter: string | undefined, n = 6): Promise<n
   return runAll(e).get('x')!.tokens;
 }
 
-describe('LoRA in the engine', () => {
+describe.each([false, true])('LoRA in the engine (overlapped steps: %s)', (overlapSteps) => {
+  const make = (limits: Partial<EngineLimits> = {}) => engine({ overlapSteps, ...limits });
   it('one step mixing base rows and 3 adapters gives each row its tokens alone', async () => {
     const adapters = [undefined, 'qv', 'mlp', 'emb'];
     const expected: number[][] = [];
     for (const [i, p] of ps.entries()) expected.push(await alone(p, adapters[i]));  // one engine per model at a time
     expect(new Set(expected.map((t) => t.join())).size).toBe(4);  // adapters really change the output
-    const e = await withAdapters(engine(lora(3)));
+    const e = await withAdapters(make(lora(3)));
     ps.forEach((p, i) => e.add({ id: `${i}`, promptIds: p, params: greedy(6), adapter: adapters[i] }));
     const out = runAll(e);
     ps.forEach((_, i) => expect(out.get(`${i}`)!.tokens).toEqual(expected[i]));
@@ -64,7 +65,7 @@ describe('LoRA in the engine', () => {
     const reqs = Array.from({ length: 12 }, (_, i) => ({ p: ps[i % 4], adapter: i % 4 === 3 ? undefined : names[i % 3] }));
     const expected: number[][] = [];
     for (const r of reqs) expected.push(await alone(r.p, r.adapter, 5));
-    const e = await withAdapters(engine(lora(2)));
+    const e = await withAdapters(make(lora(2)));
     reqs.forEach((r, i) => e.add({ id: `${i}`, promptIds: r.p, params: greedy(5), adapter: r.adapter }));
     const firstStep = e.step();
     expect(e.stats().lora!.waitingForSlot).toBeGreaterThan(0);
@@ -86,7 +87,7 @@ describe('LoRA in the engine', () => {
 
   it('a pinned-out adapter gets the slot when the time slice ends; the paused requests resume intact', async () => {
     const sliceSteps = 3;
-    const e = await withAdapters(engine({ lora: { ...lora(1).lora, sliceSteps } }));
+    const e = await withAdapters(make({ lora: { ...lora(1).lora, sliceSteps } }));
     // A stream of long qv requests keeps slot 1 pinned; an emb request arrives after the first step.
     for (let i = 0; i < 4; i++) e.add({ id: `qv${i}`, promptIds: ps[i], params: greedy(12), adapter: 'qv' });
     const tokens = new Map<string, number[]>();
@@ -110,7 +111,7 @@ describe('LoRA in the engine', () => {
   it('a slot handed over stays with its new adapter while old requests queued ahead wait', async () => {
     const sliceSteps = 2;
     // Two qv requests run (the batch holds two); two more qv wait ahead of the emb request.
-    const e = await withAdapters(engine({ maxBatchSize: 2, lora: { ...lora(1).lora, sliceSteps } }));
+    const e = await withAdapters(make({ maxBatchSize: 2, lora: { ...lora(1).lora, sliceSteps } }));
     for (let i = 0; i < 4; i++) e.add({ id: `qv${i}`, promptIds: ps[i], params: greedy(8), adapter: 'qv' });
     e.add({ id: 'emb', promptIds: ps[1], params: greedy(3), adapter: 'emb' });
     let steps = 0, embFirst = 0;
@@ -128,7 +129,7 @@ describe('LoRA in the engine', () => {
   });
 
   it('a hand-over whose copy fails ends only the waiter, and the paused requests take the slot back at once', async () => {
-    const e = await withAdapters(engine({ lora: { ...lora(1).lora, sliceSteps: 8 } }));
+    const e = await withAdapters(make({ lora: { ...lora(1).lora, sliceSteps: 8 } }));
     const w = e.lora!.weights, load = w.load.bind(w);
     w.load = (slot, h) => {
       if (h.adapter.name === 'emb') throw new Error('simulated copy failure');
@@ -139,9 +140,10 @@ describe('LoRA in the engine', () => {
     e.add({ id: 'emb', promptIds: ps[1], params: greedy(4), adapter: 'emb' });
     let idle = 0, embError: string | undefined;
     while (e.hasWork()) {
+      const steps = e.stats().steps;
       const outs = e.step();
       embError ??= outs.find((o) => o.id === 'emb')?.error;
-      if (outs.length === 0) idle++;  // a step in which nothing could run
+      if (outs.length === 0 && e.stats().steps === steps) idle++;  // a step in which nothing could run
     }
     expect(embError).toMatch(/could not be copied into slot 1: simulated copy failure/);
     expect(idle).toBe(0);  // the emptied slot was not kept for the failed adapter
@@ -150,7 +152,7 @@ describe('LoRA in the engine', () => {
 
   it('paused requests give up their KV when blocks run out, so the waiter runs (no deadlock)', async () => {
     // 8 blocks of 16: three 30-token qv prompts hold 6; a 40-token emb prompt needs 3 more.
-    const e = await withAdapters(engine({ numBlocks: 8, lora: { ...lora(1).lora, sliceSteps: 1 } }));
+    const e = await withAdapters(make({ numBlocks: 8, lora: { ...lora(1).lora, sliceSteps: 1 } }));
     const long = prompts([30, 30, 30, 40], 512, 5);
     for (let i = 0; i < 3; i++) e.add({ id: `qv${i}`, promptIds: long[i], params: greedy(2), adapter: 'qv' });
     e.step();
@@ -162,7 +164,7 @@ describe('LoRA in the engine', () => {
   });
 
   it('an adapter idle in its slot gets a whole slice when its requests come back', async () => {
-    const e = await withAdapters(engine({ lora: { ...lora(1).lora, sliceSteps: 4 } }));
+    const e = await withAdapters(make({ lora: { ...lora(1).lora, sliceSteps: 4 } }));
     e.add({ id: 'qv0', promptIds: ps[0], params: greedy(2), adapter: 'qv' });
     runAll(e);
     for (let i = 0; i < 6; i++) e.step();  // qv stays loaded, unused
@@ -184,7 +186,7 @@ describe('LoRA in the engine', () => {
   it('churn in one-step slices: every request keeps its own tokens through pauses', async () => {
     const names = ['qv', 'mlp', 'emb'];
     const reqs = Array.from({ length: 9 }, (_, i) => ({ p: ps[i % 4], adapter: names[i % 3] }));
-    const e = await withAdapters(engine({ lora: { ...lora(2).lora, sliceSteps: 1 } }));
+    const e = await withAdapters(make({ lora: { ...lora(2).lora, sliceSteps: 1 } }));
     reqs.forEach((r, i) => e.add({ id: `${i}`, promptIds: r.p, params: greedy(7), adapter: r.adapter }));
     const out = runAll(e);
     for (const [i, r] of reqs.entries()) expect(out.get(`${i}`)!.tokens).toEqual(await alone(r.p, r.adapter, 7));
@@ -195,7 +197,7 @@ describe('LoRA in the engine', () => {
   });
 
   it('reads adapters evicted from the host cache back off-thread; base rows keep stepping meanwhile', async () => {
-    const e = engine({ lora: { slots: 1, maxRank: 8, hostCache: 1, targets: TARGETS } });
+    const e = make({ lora: { slots: 1, maxRank: 8, hostCache: 1, targets: TARGETS } });
     for (const name of ['qv', 'mlp', 'emb']) await e.loadAdapter(name, dirs[name]);  // only emb stays read
     e.add({ id: 'qv', promptIds: ps[0], params: greedy(4), adapter: 'qv' });
     e.add({ id: 'base', promptIds: ps[1], params: greedy(4) });
@@ -211,7 +213,7 @@ describe('LoRA in the engine', () => {
   });
 
   it('unloading lets queued and running requests finish, then refuses the name', async () => {
-    const e = await withAdapters(engine(lora(2)));
+    const e = await withAdapters(make(lora(2)));
     const want = await alone(ps[2], 'mlp');
     e.add({ id: 'a', promptIds: ps[2], params: greedy(6), adapter: 'mlp' });
     e.step();
@@ -225,7 +227,7 @@ describe('LoRA in the engine', () => {
   });
 
   it('the prefix cache never shares KV between different adapters', async () => {
-    const e = await withAdapters(engine({ ...lora(3), blockSize: 4 }));
+    const e = await withAdapters(make({ ...lora(3), blockSize: 4 }));
     const p = prompts([30], 512, 4)[0];
     e.add({ id: 'base', promptIds: p, params: greedy(3) });
     runAll(e);

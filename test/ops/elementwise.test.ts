@@ -1,5 +1,5 @@
-// Row gathers and element-wise ops: embedding, siluMul, add, gatherRows.
-import { describe, it } from 'vitest';
+// Row gathers and element-wise ops: embedding, siluMul, add, gatherRows, feedTokens.
+import { describe, expect, it } from 'vitest';
 
 import { addon, expectClose, expectOpError, expectSame, f32, FLOAT_DTYPES, floats, i32, ODD_SIZES, weights } from './helpers.js';
 import { Rng } from './random.js';
@@ -107,5 +107,22 @@ describe('gatherRows', () => {
     expectOpError(() => addon.gatherRows(out, x, i32([2], [-2, 0])), /^gatherRows: indices\[0\] = -2/);
     expectOpError(() => addon.gatherRows(addon.empty('f32', [3, 3]), x, i32([2], [0, 1])), /^gatherRows: out must be \[2, 3\]/);
     expectOpError(() => addon.gatherRows(out, addon.zeros('f32', [12]), i32([2], [0, 1])), /^gatherRows: x must have 2 dims/);
+  });
+});
+
+describe('feedTokens', () => {
+  it('takes the rows with a source from the samples, with their embedding rows, and leaves the others', () => {
+    const tokens = i32([4], [7, 8, 9, 10]), embedRows = i32([4], [1, 2, 3, 4]);
+    addon.feedTokens(tokens, embedRows, i32([3], [30, 31, 32]), i32([4], [-1, 2, 0, -1]), i32([4], [0, 1, 2, 3]), 100);
+    expect(Array.from(tokens.toArray())).toEqual([7, 32, 30, 10]);
+    expect(Array.from(embedRows.toArray())).toEqual([1, 132, 230, 4]);
+  });
+
+  it('rejects bad arguments, naming them', () => {
+    const t = () => i32([2], [0, 0]);
+    expectOpError(() => addon.feedTokens(t(), t(), i32([1], [5]), i32([2], [0, 1]), t(), 10), /^feedTokens: from\[1\] = 1 is past the 1 samples/);
+    expectOpError(() => addon.feedTokens(t(), t(), t(), i32([3], [0, 0, 0]), t(), 10), /^feedTokens: from i32\[3\] must have one entry per token/);
+    expectOpError(() => addon.feedTokens(f32([2], [0, 0]), t(), t(), t(), t(), 10), /^feedTokens: tokens must be i32/);
+    expectOpError(() => addon.feedTokens(t(), t(), t(), t(), t(), 0), /^feedTokens: vocab must be an integer >= 1/);
   });
 });
