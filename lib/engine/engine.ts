@@ -100,6 +100,15 @@ export class Engine {
     return this.runner.graphStats();
   }
 
+  /**
+   * Captures every decode graph now (each batch-size bucket, with and without the LoRA
+   * ops), reporting each through onProgress, instead of on each bucket's first use, where a
+   * request would wait for it. Returns how many it captured (0 where graphs are off).
+   */
+  captureGraphs(): number {
+    return this.runner.graphs?.captureAll() ?? 0;
+  }
+
   /** Frees the graphs, the KV cache and the adapter pool (printing MSTAR_PROFILE's summary); no step may follow. */
   close(): void {
     this.inFlight?.sampled();  // its step has run before its buffers go

@@ -178,6 +178,29 @@ export class GraphRunner {
     return launched;
   }
 
+  /**
+   * Captures every bucket's graphs now, with and without the LoRA ops where there is a
+   * pool (as vLLM captures at start), so that no request waits for a capture. Each warm-up
+   * step runs padding rows only, which touch no sequence's cache. Returns how many it captured.
+   */
+  captureAll(): number {
+    const s = this.ensureStatics();
+    const before = this.stats.captures;
+    for (const bucket of this.buckets) {
+      for (const withLora of s.lora ? [true, false] : [false]) {
+        const key = `${bucket}/${withLora ? 'lora' : 'base'}`;
+        if (this.graphs.has(key)) continue;
+        this.host.fill([], bucket, this.options.blockSize, this.model.config.vocabSize);
+        const v = this.viewsFor(bucket);
+        this.upload(v, bucket);
+        this.enqueueStep(v, withLora);
+        this.stats.warmups++;
+        this.capture(key, v, withLora, bucket);
+      }
+    }
+    return this.stats.captures - before;
+  }
+
   /** Runs an eligible decode step and reads its ids. */
   run(batch: readonly ScheduledSeq[]): number[] {
     return this.launch(batch).sampled().map((s) => s.tokenId);

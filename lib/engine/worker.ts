@@ -1,5 +1,6 @@
 // The engine thread: loads the model, then steps whenever there is work. Between steps it
 // returns to its event loop, so new requests and aborts join the very next step.
+import { performance } from 'node:perf_hooks';
 import { parentPort, workerData } from 'node:worker_threads';
 
 import { addon } from '../addon/index.js';
@@ -43,6 +44,9 @@ async function start(init: WorkerInit): Promise<Engine> {
     await engine.loadAdapter(a.name, a.path);
     send({ type: 'progress', message: `adapter ${a.name} loaded from ${a.path}` });
   }
+  const t0 = performance.now();
+  const captured = engine.captureGraphs();
+  if (captured > 0) send({ type: 'progress', message: `cuda graphs: ${captured} captured in ${((performance.now() - t0) / 1000).toFixed(1)} s` });
   return engine;
 }
 

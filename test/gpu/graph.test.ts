@@ -214,6 +214,20 @@ describeGpu('decode steps as CUDA graphs', () => {
       });
     }
 
+    it(`${modelName}: captureGraphs captures every bucket up front; the steps after it only replay`, async () => {
+      const eager = await start(modelName, 'bf16', false);
+      const graphs = await start(modelName, 'bf16', true);
+      expect(graphs.e.captureGraphs()).toBe(8);  // buckets 1, 2, 4, 8, each with and without the LoRA ops
+      expect(graphs.e.captureGraphs()).toBe(0);
+      for (let p = 0; p < phases.length; p++) expect(generate(graphs.e, reqsOf(p)), phases[p].label).toEqual(generate(eager.e, reqsOf(p)));
+      const s = graphs.e.graphStats()!;
+      expect(s.captures).toBe(8);
+      expect(s.failures).toBe(0);
+      expect(s.replays).toBeGreaterThan(15);
+      eager.close();
+      graphs.close();
+    });
+
     for (const maxBatchSize of [64, 5]) {
       it(`${modelName}, f32 activations, graphs, max batch ${maxBatchSize}: HF + PEFT's greedy tokens`, async () => {
         const base = readParityFixture(modelName);
