@@ -106,6 +106,8 @@ export class Engine {
    * request would wait for it. Returns how many it captured (0 where graphs are off).
    */
   captureGraphs(): number {
+    // Its warm-up steps overwrite the id buffer a launched step's successor reads.
+    if (this.inFlight) throw new EngineError('captureGraphs: a step is in flight; capture before the first step');
     return this.runner.graphs?.captureAll() ?? 0;
   }
 

@@ -60,6 +60,16 @@ describe('overlapped steps', () => {
     expect(e.stats().kvBlocksUsed).toBe(0);
   });
 
+  it('captureGraphs captures nothing without graphs, and refuses while a step is in flight', () => {
+    const e = engine({ overlapSteps: true });
+    expect(e.captureGraphs()).toBe(0);
+    e.add({ id: 'a', promptIds: p1, params: greedy(10) });
+    e.step();
+    e.step();
+    expect(() => e.captureGraphs()).toThrow(/a step is in flight/);
+    runAll(e);
+  });
+
   it('closes with a step in flight', () => {
     const e = engine({ overlapSteps: true });
     e.add({ id: 'a', promptIds: p1, params: greedy(10) });
