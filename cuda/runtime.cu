@@ -1,6 +1,7 @@
 // Device memory, copies, the process's stream, pinned staging and scratch: the CUDA
 // runtime behind native/gpu.h. Everything initialises lazily on first use.
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -32,6 +33,15 @@ cudaStream_t gStream = nullptr;
 int gSmCount = 0;
 bool gDependentLaunch = false;
 
+// An environment switch turned off (0, false, off or no, as the TypeScript side reads them).
+bool envOff(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v) return false;
+  std::string s(v);
+  for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return s == "0" || s == "false" || s == "off" || s == "no";
+}
+
 // Which code the device runs for this library's kernels.
 __global__ void probeKernel() {}
 
@@ -49,8 +59,7 @@ void init() {
   // (awaitPrior); the device may instead run them from sm_80 code (PTX compiled on load).
   cudaFuncAttributes code;
   check(cudaFuncGetAttributes(&code, probeKernel), "cudaFuncGetAttributes");
-  const char* pdl = std::getenv("MSTAR_PDL");
-  gDependentLaunch = code.ptxVersion >= 90 && !(pdl && std::string(pdl) == "0");
+  gDependentLaunch = code.ptxVersion >= 90 && !envOff("MSTAR_PDL");
   cudaMemPool_t pool;
   check(cudaDeviceGetDefaultMemPool(&pool, dev), "cudaDeviceGetDefaultMemPool");
   uint64_t keep = UINT64_MAX;

@@ -169,6 +169,8 @@ export class Engine {
    * outputs are the ones returned), so each sequence has a token the host has not read
    * (Sequence.unread) while its next step is scheduled: the step takes it on the device.
    * A sequence that stops on that token has run one row too many, which is dropped.
+   * A decode step that cannot replay a graph (logprobs, min_tokens) runs at once, but its
+   * samples are still read in the step after, like the others.
    */
   step(): RequestOutput[] {
     if (this.lora) this.takeTurns(this.lora);
