@@ -33,7 +33,7 @@ export interface EngineLimits {
 }
 
 export interface EngineHooks {
-  /** Occasional lines worth a log: CUDA graph captures (lazily, on a bucket's first use). */
+  /** Occasional lines worth a log: CUDA graph captures (at captureGraphs, or on a bucket's first use). */
   onProgress?: (message: string) => void;
 }
 
