@@ -54,7 +54,7 @@ export class EngineClient {
 
   private constructor(
     private readonly worker: Worker, readonly info: ModelInfo, stats: EngineStats, adapters: AdapterInfo[],
-    /** Progress lines can come after the start (a CUDA graph whose capture at start failed is retried on first use). */
+    /** Progress lines may come after the start too. */
     private readonly onProgress?: (message: string) => void,
   ) {
     this.latest = stats;
