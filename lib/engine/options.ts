@@ -7,6 +7,7 @@ import { KvCache } from '../models/kv_cache.js';
 import type { Placement } from '../models/placement.js';
 import type { LoraOptions } from '../lora/manager.js';
 import type { EngineLimits } from './engine.js';
+import { memoryBesidesKv, totalBytes, type MemoryPlan } from './memory.js';
 
 export interface EngineOptions {
   /** A Hugging Face checkpoint folder. */
@@ -72,14 +73,18 @@ const CUDA_MAX_KV_BYTES = 16 * 2 ** 30;
 /**
  * kv_cache.memory_fraction, as vLLM's gpu_memory_utilization: the share of the device's whole
  * memory the engine may use, less what it uses already (the weights, loaded before this is
- * asked). On the CPU: that share of the free memory.
+ * asked) and what it will allocate besides the cache (`besides`). On the CPU: that share of
+ * the free memory, less `besides`.
  */
-function memoryShare(fraction: number, cuda: boolean): number {
-  if (!cuda) return fraction * freemem();
-  const { free, total } = addon.cudaMemInfo();
-  const bytes = fraction * total - (total - free);
+function memoryShare(fraction: number, cuda: boolean, besides: MemoryPlan): number {
+  const gib = (b: number) => `${(b / 2 ** 30).toFixed(2)} GiB`;
+  const { free, total } = cuda ? addon.cudaMemInfo() : { free: freemem(), total: freemem() };
+  const used = total - free;
+  const bytes = fraction * total - used - totalBytes(besides);
   if (bytes <= 0) {
-    throw new Error(`kv_cache.memory_fraction ${fraction} leaves no room for the KV cache: ${((total - free) / 2 ** 30).toFixed(1)} of ${(total / 2 ** 30).toFixed(1)} GiB are in use already`);
+    throw new Error(`kv_cache.memory_fraction ${fraction} (${gib(fraction * total)} of ${cuda ? "the device's" : 'the free'} ${gib(total)}) leaves no room for the KV cache: ` +
+      `${cuda ? `${gib(used)} in use already (the weights), ` : ''}the adapter pool takes ${gib(besides.loraPool)}, ` +
+      `activations ${gib(besides.activations)}${cuda ? `, scratch ${gib(besides.scratch)}` : ''}`);
   }
   return bytes;
 }
@@ -100,7 +105,7 @@ export function engineLimits(config: ModelConfig, o: EngineOptions, placement: P
   // batch short, and a short max_seq_len no block at all), within the caps.
   const fullBatch = o.maxBatchSize * Math.ceil(maxModelLen / blockSize);
   const numBlocks = o.kvCache.numBlocks ?? (o.kvCache.memoryFraction !== undefined
-    ? Math.floor(memoryShare(o.kvCache.memoryFraction, cuda) / blockBytes)
+    ? Math.floor(memoryShare(o.kvCache.memoryFraction, cuda, memoryBesidesKv(config, o, placement, cudaGraphsSetting(o.cudaGraphs))) / blockBytes)
     : Math.min(fullBatch, Math.floor((cuda ? CUDA_MAX_KV_BYTES : Math.min(CPU_MAX_KV_BYTES, freemem() / 4)) / blockBytes)));
   if (numBlocks < 1) throw new Error(`the KV cache has room for no block of ${blockSize} tokens`);
   // A request must fit the whole cache. Asked-for lengths it cannot hold are an error at

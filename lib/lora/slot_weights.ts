@@ -24,6 +24,44 @@ export interface LoraTarget {
   hostRanks: Int32Array;
 }
 
+/** A target weight of the pool: the engine weight it adapts, and its a and b shapes. */
+interface TargetShape {
+  weight: ReturnType<typeof engineWeights>[number];
+  embedding: boolean;
+  slices: number;
+  a: number[];
+  b: number[];
+}
+
+/** The pool's targets and their shapes: a fused weight gets slots if any of its parts is a target. */
+function targetShapes(config: ModelConfig, numSlots: number, rank: number, targets: ReadonlySet<string>): TargetShape[] {
+  return engineWeights(config, rulesFor(config.family))
+    .filter((w) => w.rule.kind !== 'norm' && w.parts.some((p) => targets.has(moduleName(p.hf))))
+    .map((weight) => {
+      const embedding = weight.rule.kind === 'embedding';
+      const [rows, cols] = weight.shape;
+      return {
+        weight, embedding, slices: embedding ? 1 : weight.parts.length,
+        a: embedding ? [numSlots, rows, rank] : [numSlots, weight.parts.length * rank, cols],
+        b: [numSlots, embedding ? cols : rows, rank],
+      };
+    });
+}
+
+/** Device bytes a pool of these slots (slot 0 included) takes: a and b of every target, in the activation dtype. */
+export function slotWeightsBytes(
+  config: ModelConfig, numSlots: number, rank: number, targets: ReadonlySet<string>, placement: Placement,
+): number {
+  const size = placement.act === 'f32' ? 4 : 2;
+  const elements = (shape: number[]) => shape.reduce((n, d) => n * d, 1);
+  return targetShapes(config, numSlots, rank, targets).reduce((n, t) => n + size * (elements(t.a) + elements(t.b)), 0);
+}
+
+/** Widest rank-space row the pool's targets need: slices * rank (linear), rank (embedding). */
+export function rankColumns(config: ModelConfig, rank: number, targets: ReadonlySet<string>): number {
+  return Math.max(1, ...targetShapes(config, 1, rank, targets).map((t) => t.slices * rank));
+}
+
 export class SlotWeights {
   readonly targets = new Map<string, LoraTarget>();
   /** Every target's ranks, one after the other: a slot load sends them in one copy. */
@@ -38,27 +76,22 @@ export class SlotWeights {
     readonly placement: Placement = CPU,
   ) {
     const { act, device } = placement;
-    const weights = engineWeights(config, rulesFor(config.family))
-      .filter((w) => w.rule.kind !== 'norm' && w.parts.some((p) => targets.has(moduleName(p.hf))));
-    const slicesOf = (w: (typeof weights)[number]) => (w.rule.kind === 'embedding' ? 1 : w.parts.length);
-    const total = weights.reduce((n, w) => n + numSlots * slicesOf(w), 0);
+    const shapes = targetShapes(config, numSlots, rank, targets);
+    const total = shapes.reduce((n, t) => n + numSlots * t.slices, 0);
     this.ranks = addon.zeros('i32', [Math.max(1, total)], device);
     this.hostRanks = new Int32Array(Math.max(1, total));
     let at = 0;
-    for (const w of weights) {
-      const embedding = w.rule.kind === 'embedding';
+    for (const { weight: w, embedding, slices, a, b } of shapes) {
       const [rows, cols] = w.shape;
       const offsets = w.parts.map((p) => p.rowOffset);
-      const out = embedding ? cols : rows;
-      const slices = slicesOf(w);
       const span = this.ranks.narrow(at, numSlots * slices);
       // An embedding's delta covers the whole hidden vector: one slice.
       const starts = embedding ? [0, cols] : [...offsets, rows];
       const t: LoraTarget = {
         name: w.name, embedding, sliceOffsets: offsets,
         sliceStarts: addon.fromArray('i32', [starts.length], Int32Array.from(starts), device),
-        a: addon.zeros(act, embedding ? [numSlots, rows, rank] : [numSlots, offsets.length * rank, cols], device),
-        b: addon.zeros(act, [numSlots, out, rank], device),
+        a: addon.zeros(act, a, device),
+        b: addon.zeros(act, b, device),
         ranks: span.view([numSlots, slices]),
         hostRanks: this.hostRanks.subarray(at, at + numSlots * slices),
       };

@@ -20,19 +20,7 @@ export class Workspace {
     config: ModelConfig, readonly placement: Placement, readonly maxTokens: number, readonly maxRows: number,
     lora?: SlotWeights,
   ) {
-    const c = config;
-    const T = maxTokens, R = maxRows;
-    const sizes: [BufferName, number][] = [
-      ['residual', T * c.hiddenSize],
-      ['x', T * c.hiddenSize],
-      ['qkv', T * (c.numHeads + 2 * c.numKvHeads) * c.headDim],
-      ['attn', T * c.numHeads * c.headDim],
-      ['gateUp', T * 2 * c.intermediateSize],
-      ['act', T * c.intermediateSize],
-      ['last', R * c.hiddenSize],
-      ['logits', R * c.vocabSize],
-    ];
-    if (lora) sizes.push(['lora', Math.max(T, R) * loraColumns(lora)]);
+    const sizes = bufferSizes(config, maxTokens, maxRows, lora && loraColumns(lora));
     try {
       for (const [name, n] of sizes) this.flat.set(name, addon.empty(placement.act, [n], placement.device));
     } catch (e) {
@@ -53,10 +41,38 @@ export class Workspace {
     return v;
   }
 
+  /** Device bytes of its buffers. */
+  get bytes(): number {
+    const size = this.placement.act === 'f32' ? 4 : 2;
+    return [...this.flat.values()].reduce((n, t) => n + size * t.shape[0], 0);
+  }
+
   dispose(): void {
     for (const t of this.flat.values()) t.dispose();
     this.flat.clear();
   }
+}
+
+/** Elements of each buffer; loraCols: the rank-space row's width (undefined: no LoRA buffer). */
+function bufferSizes(c: ModelConfig, T: number, R: number, loraCols?: number): [BufferName, number][] {
+  const sizes: [BufferName, number][] = [
+    ['residual', T * c.hiddenSize],
+    ['x', T * c.hiddenSize],
+    ['qkv', T * (c.numHeads + 2 * c.numKvHeads) * c.headDim],
+    ['attn', T * c.numHeads * c.headDim],
+    ['gateUp', T * 2 * c.intermediateSize],
+    ['act', T * c.intermediateSize],
+    ['last', R * c.hiddenSize],
+    ['logits', R * c.vocabSize],
+  ];
+  if (loraCols !== undefined) sizes.push(['lora', Math.max(T, R) * loraCols]);
+  return sizes;
+}
+
+/** Bytes a Workspace of these sizes takes (loraCols as for bufferSizes). */
+export function workspaceBytes(config: ModelConfig, placement: Placement, maxTokens: number, maxRows: number, loraCols?: number): number {
+  const size = placement.act === 'f32' ? 4 : 2;
+  return bufferSizes(config, maxTokens, maxRows, loraCols).reduce((n, [, e]) => n + size * e, 0);
 }
 
 /** Widest rank-space row any LoRA target needs: slices * rank (linear), rank (embedding). */

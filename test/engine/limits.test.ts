@@ -1,8 +1,13 @@
-// The engine's length limit follows what the KV cache can hold.
+// The engine's length limit follows what the KV cache can hold; memory_fraction sizes the
+// cache from what the weights, the adapter pool and the activations leave.
 import { describe, expect, it } from 'vitest';
 
+import { memoryBesidesKv } from '../../lib/engine/memory.js';
 import { engineLimits, type EngineOptions } from '../../lib/engine/options.js';
+import { ALL_TARGETS } from '../../lib/lora/adapter.js';
+import { SlotWeights } from '../../lib/lora/slot_weights.js';
 import { CPU } from '../../lib/models/index.js';
+import { Workspace, workspaceBytes } from '../../lib/models/workspace.js';
 import { tinyModel } from './helpers.js';
 
 const base: EngineOptions = {
@@ -44,5 +49,31 @@ describe('kv_cache.memory_fraction', () => {
   it('takes that share of free memory on the cpu', () => {
     const limits = engineLimits(tinyModel().config, { ...base, kvCache: { blockSize: 16, memoryFraction: 0.001 } }, CPU);
     expect(limits.numBlocks).toBeGreaterThan(0);
+  });
+});
+
+describe('what memory_fraction leaves for the KV cache', () => {
+  const config = tinyModel().config;
+  const lora = { slots: 3, maxRank: 8, hostCache: 3, targets: [...ALL_TARGETS] };
+
+  it('counts the adapter pool and the activations exactly as they are allocated', () => {
+    const pool = new SlotWeights(config, lora.slots + 1, lora.maxRank, new Set(lora.targets), CPU);
+    const elements = [...pool.targets.values()].reduce((n, t) => n + t.a.shape.reduce((a, b) => a * b) + t.b.shape.reduce((a, b) => a * b), 0);
+    const plan = memoryBesidesKv(config, { ...base, lora: { ...lora, adapters: [] } }, CPU, true);
+    expect(plan.loraPool).toBe(4 * elements);
+    const ws = new Workspace(config, CPU, base.maxNumBatchedTokens, base.maxBatchSize, pool);
+    expect(plan.activations).toBe(ws.bytes);
+    const plain = new Workspace(config, CPU, 7, 3);
+    expect(workspaceBytes(config, CPU, 7, 3)).toBe(plain.bytes);  // without a pool: no LoRA buffer
+    plain.dispose();
+    expect(plan.scratch).toBe(0);  // and no graph workspace: graphs are CUDA's
+    ws.dispose();
+    pool.dispose();
+  });
+
+  it('refuses a fraction that the adapter pool leaves no room in, naming what takes it', () => {
+    const huge = { ...lora, slots: 2 ** 20, maxRank: 64 };
+    expect(() => engineLimits(config, { ...base, kvCache: { blockSize: 16, memoryFraction: 0.01 }, lora: { ...huge, adapters: [] } }, CPU))
+      .toThrow(/kv_cache.memory_fraction 0.01 .* leaves no room for the KV cache: the adapter pool takes [\d.]+ GiB, activations/);
   });
 });

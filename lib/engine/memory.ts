@@ -1,0 +1,38 @@
+// What the engine allocates besides the weights and the KV cache, known before it allocates
+// any of it: kv_cache.memory_fraction sizes the cache from what is left, so that a large
+// adapter pool or batch makes a clear error at start, not an out-of-memory one later.
+import type { ModelConfig } from '../checkpoint/config.js';
+import { rankColumns, slotWeightsBytes } from '../lora/slot_weights.js';
+import type { Placement } from '../models/placement.js';
+import { workspaceBytes } from '../models/workspace.js';
+import { graphBuckets } from './graph_inputs.js';
+import type { EngineOptions } from './options.js';
+
+/**
+ * On CUDA, room kept for what is allocated per use and not counted here: cuBLASLt's 32 MiB
+ * workspace, the sampler's and attention's scratch, the captured graphs' own memory.
+ */
+export const CUDA_SCRATCH_BYTES = 256 * 2 ** 20;
+
+export interface MemoryPlan {
+  /** The adapter pool's slots (slot 0 included). */
+  loraPool: number;
+  /** The eager steps' activations, and the graph steps' (CUDA graphs on). */
+  activations: number;
+  scratch: number;
+}
+
+export function memoryBesidesKv(config: ModelConfig, o: EngineOptions, placement: Placement, graphs: boolean): MemoryPlan {
+  const targets = o.lora && new Set(o.lora.targets);
+  const loraPool = o.lora ? slotWeightsBytes(config, o.lora.slots + 1, o.lora.maxRank, targets!, placement) : 0;
+  const cols = o.lora ? rankColumns(config, o.lora.maxRank, targets!) : undefined;
+  const cuda = placement.device === 'cuda';
+  const graphRows = cuda && graphs ? graphBuckets(o.maxBatchSize, o.maxNumBatchedTokens).at(-1) ?? 0 : 0;
+  const activations = workspaceBytes(config, placement, o.maxNumBatchedTokens, o.maxBatchSize, cols) +
+    (graphRows > 0 ? workspaceBytes(config, placement, graphRows, graphRows, cols) : 0);
+  return { loraPool, activations, scratch: cuda ? CUDA_SCRATCH_BYTES : 0 };
+}
+
+export function totalBytes(m: MemoryPlan): number {
+  return m.loraPool + m.activations + m.scratch;
+}
