@@ -201,11 +201,6 @@ export class GraphRunner {
     return this.stats.captures - before;
   }
 
-  /** Runs an eligible decode step and reads its ids. */
-  run(batch: readonly ScheduledSeq[]): number[] {
-    return this.launch(batch).sampled().map((s) => s.tokenId);
-  }
-
   /** Where each unread token of the batch comes from: prev's row, or prev's sample. */
   private unreadFrom(batch: readonly ScheduledSeq[], prev?: Launched): Map<Sequence, UnreadToken> | undefined {
     if (!batch.some((e) => e.seq.unread > 0)) return undefined;
@@ -239,7 +234,7 @@ export class GraphRunner {
     const lora = v.step.lora!;
     addon.feedTokens(v.step.tokens, lora.embedRows, s.ids, v.fromRows, lora.rowSlots, this.model.config.vocabSize);
     const step = withLora ? v.step : { ...v.step, lora: undefined };
-    const logits = this.model.forward(step, this.kv, this.statics!.ws);
+    const logits = this.model.forward(step, this.kv, s.ws);
     try {
       addon.sample(v.ids, logits, v.temperature, v.topK, v.topP, v.seeds, v.steps);
     } finally {
