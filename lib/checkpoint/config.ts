@@ -91,6 +91,8 @@ export function parseModelConfig(raw: unknown, file = 'config.json'): ModelConfi
   let headDim: number;
   if (r.raw['head_dim'] != null) {
     headDim = r.posInt('head_dim');
+  } else if (family === 'qwen3') {
+    headDim = 128;  // Qwen3Config's default: it is not hidden_size / num_attention_heads there
   } else {
     if (hiddenSize % numHeads !== 0) {
       r.fail('hidden_size', `(${hiddenSize}) must be divisible by num_attention_heads (${numHeads}) when head_dim is absent`);

@@ -61,6 +61,11 @@ describe('parseModelConfig', () => {
     expect(c.rope).toEqual({ theta: 1000000, type: 'default', partialRotaryFactor: 1 });
   });
 
+  it('a Qwen3 config without head_dim gets 128, as transformers\' Qwen3Config; Llama gets hidden / heads', () => {
+    expect(parseModelConfig(qwen3ConfigJson({ head_dim: undefined })).headDim).toBe(128);
+    expect(parseModelConfig(llamaConfigJson({ head_dim: undefined })).headDim).toBe(16 / 4);
+  });
+
   it('defaults: tie_word_embeddings false, kv heads = heads, rope_theta 10000', () => {
     const c = parseModelConfig(llamaConfigJson({
       tie_word_embeddings: undefined, num_key_value_heads: undefined, rope_theta: undefined, rope_scaling: undefined,
