@@ -7,7 +7,7 @@ import { engineOptionsOf } from '../config/engine_options.js';
 import { DEMO_NAME, demoModel } from '../config/demo.js';
 import { ConfigError, loadServeConfig } from '../config/load.js';
 import type { ServeConfig } from '../config/schema.js';
-import { EngineClient } from '../engine/client.js';
+import { EngineClient, EngineStartError } from '../engine/client.js';
 import { buildApp } from '../server/app.js';
 import { Tokenizer } from '../tokenizer/tokenizer.js';
 
@@ -100,7 +100,15 @@ export async function runServe(args: string[]): Promise<number> {
   say(`loading tokenizer from ${config.model}`);
   const tokenizer = Tokenizer.load(config.model);
   say('starting the engine');
-  const engine = await EngineClient.start(engineOptionsOf(config, say));
+  let engine: EngineClient;
+  try {
+    engine = await EngineClient.start(engineOptionsOf(config, say));
+  } catch (e) {
+    if (!(e instanceof EngineStartError && e.config)) throw e;
+    // The config asks for what this model or machine cannot give: named like its other errors.
+    process.stderr.write(`${values.config ?? 'mstar serve'}: ${e.message}\n`);
+    return 2;
+  }
   const app = buildApp({ engine, tokenizer, config });
   try {
     await app.listen({ host: config.server.host, port: config.server.port });

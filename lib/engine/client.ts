@@ -44,6 +44,15 @@ class OutputQueue {
   }
 }
 
+/** The engine could not start; `config`: because of what its options ask for (the KV cache's size, max_seq_len). */
+export class EngineStartError extends Error {
+  override name = 'EngineStartError';
+
+  constructor(message: string, readonly config: boolean) {
+    super(message);
+  }
+}
+
 export class EngineClient {
   private readonly queues = new Map<string, OutputQueue>();
   private latest: EngineStats;
@@ -64,14 +73,14 @@ export class EngineClient {
     worker.on('exit', (code) => this.die(new Error(`the engine thread exited (code ${code})`)));
   }
 
-  /** Starts the engine thread and resolves once the model is loaded. */
+  /** Starts the engine thread and resolves once the model is loaded; rejects with EngineStartError. */
   static start(options: EngineOptions): Promise<EngineClient> {
     const { onProgress, ...init } = options;
     const worker = new Worker(join(packageRoot(), 'dist', 'lib', 'engine', 'worker.js'), { workerData: init satisfies WorkerInit });
     return new Promise((resolve, reject) => {
       const onMessage = (m: FromEngine): void => {
         if (m.type === 'progress') onProgress?.(m.message);
-        else if (m.type === 'fatal') reject(new Error(m.message));
+        else if (m.type === 'fatal') reject(new EngineStartError(m.message, m.config === true));
         else if (m.type === 'ready') {
           worker.off('message', onMessage);
           worker.off('error', reject);

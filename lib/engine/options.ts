@@ -28,6 +28,11 @@ export interface EngineOptions {
   overlapSteps?: boolean;
 }
 
+/** What the options ask for cannot be met by this model or machine (the server names its config file). */
+export class LimitsError extends Error {
+  override name = 'LimitsError';
+}
+
 const OFF = ['0', 'false', 'off', 'no'];
 const ON = ['1', 'true', 'on', 'yes'];
 
@@ -82,7 +87,7 @@ function memoryShare(fraction: number, cuda: boolean, besides: MemoryPlan): numb
   const used = total - free;
   const bytes = fraction * total - used - totalBytes(besides);
   if (bytes <= 0) {
-    throw new Error(`kv_cache.memory_fraction ${fraction} (${gib(fraction * total)} of ${cuda ? "the device's" : 'the free'} ${gib(total)}) leaves no room for the KV cache: ` +
+    throw new LimitsError(`kv_cache.memory_fraction ${fraction} (${gib(fraction * total)} of ${cuda ? "the device's" : 'the free'} ${gib(total)}) leaves no room for the KV cache: ` +
       `${cuda ? `${gib(used)} in use already (the weights), ` : ''}the adapter pool takes ${gib(besides.loraPool)}, ` +
       `activations ${gib(besides.activations)}${cuda ? `, scratch ${gib(besides.scratch)}` : ''}`);
   }
@@ -92,13 +97,13 @@ function memoryShare(fraction: number, cuda: boolean, besides: MemoryPlan): numb
 export function engineLimits(config: ModelConfig, o: EngineOptions, placement: Placement): EngineLimits {
   const maxModelLen = o.maxModelLen ?? config.maxPositionEmbeddings;
   if (maxModelLen > config.maxPositionEmbeddings) {
-    throw new Error(`max_seq_len ${maxModelLen} is above the model's max_position_embeddings (${config.maxPositionEmbeddings})`);
+    throw new LimitsError(`max_seq_len ${maxModelLen} is above the model's max_position_embeddings (${config.maxPositionEmbeddings})`);
   }
   const blockSize = o.kvCache.blockSize;
   const perToken = KvCache.bytesPerToken(config, placement);
   const cuda = placement.device === 'cuda';
   if (o.kvCache.numBlocks !== undefined && o.kvCache.memoryFraction !== undefined) {
-    throw new Error('kv_cache: give num_blocks or memory_fraction, not both (num_blocks would win and the fraction mean nothing)');
+    throw new LimitsError('kv_cache: give num_blocks or memory_fraction, not both (num_blocks would win and the fraction mean nothing)');
   }
   const blockBytes = perToken * blockSize;
   // Every row at full length is whole blocks a row (rounding the total down left a full
@@ -107,12 +112,12 @@ export function engineLimits(config: ModelConfig, o: EngineOptions, placement: P
   const numBlocks = o.kvCache.numBlocks ?? (o.kvCache.memoryFraction !== undefined
     ? Math.floor(memoryShare(o.kvCache.memoryFraction, cuda, memoryBesidesKv(config, o, placement, cudaGraphsSetting(o.cudaGraphs))) / blockBytes)
     : Math.min(fullBatch, Math.floor((cuda ? CUDA_MAX_KV_BYTES : Math.min(CPU_MAX_KV_BYTES, freemem() / 4)) / blockBytes)));
-  if (numBlocks < 1) throw new Error(`the KV cache has room for no block of ${blockSize} tokens`);
+  if (numBlocks < 1) throw new LimitsError(`the KV cache has room for no block of ${blockSize} tokens`);
   // A request must fit the whole cache. Asked-for lengths it cannot hold are an error at
   // start; the model's own (default) length is cut to what it holds, as vLLM does.
   const capacity = numBlocks * blockSize;
   if (o.maxModelLen !== undefined && o.maxModelLen > capacity) {
-    throw new Error(`max_seq_len ${o.maxModelLen} does not fit in the KV cache (${numBlocks} blocks of ${blockSize} = ${capacity} tokens): lower max_seq_len or give kv_cache more room`);
+    throw new LimitsError(`max_seq_len ${o.maxModelLen} does not fit in the KV cache (${numBlocks} blocks of ${blockSize} = ${capacity} tokens): lower max_seq_len or give kv_cache more room`);
   }
   return {
     maxModelLen: Math.min(maxModelLen, capacity), blockSize, numBlocks,

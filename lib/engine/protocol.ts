@@ -20,6 +20,7 @@ export type FromEngine =
   | { type: 'adapterResult'; call: number; error?: string; found?: boolean; adapters: AdapterInfo[]; stats?: EngineStats }
   | { type: 'outputs'; outputs: RequestOutput[]; stats: EngineStats }
   | { type: 'rejected'; id: string; message: string }
-  | { type: 'fatal'; message: string };
+  /** config: the options ask for what cannot be met (LimitsError), so the config is at fault. */
+  | { type: 'fatal'; message: string; config?: boolean };
 
 export type WorkerInit = Omit<EngineOptions, 'onProgress'>;

@@ -6,7 +6,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 import { addon } from '../addon/index.js';
 import { CPU, cudaPlacement, loadModel, type Placement } from '../models/index.js';
 import { Engine, EngineError } from './engine.js';
-import { engineLimits } from './options.js';
+import { engineLimits, LimitsError } from './options.js';
 import type { FromEngine, ToEngine, WorkerInit } from './protocol.js';
 
 const port = parentPort!;
@@ -57,7 +57,7 @@ try {
   engine = await start(workerData as WorkerInit);
   send({ type: 'ready', info: engine.info, stats: engine.stats(), adapters: adapters() });
 } catch (e) {
-  send({ type: 'fatal', message: (e as Error).message });
+  send({ type: 'fatal', message: (e as Error).message, config: e instanceof LimitsError });
   process.exit(1);
 }
 

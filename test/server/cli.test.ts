@@ -54,4 +54,11 @@ describe('mstar', () => {
     expect(await runCli(['serve', '--model', '/no/such/model'])).toBe(2);
     expect(io.err).toMatch(/is not a folder/);
   });
+
+  it('serve names the config file when the engine cannot give what it asks for, and exits 2', async () => {
+    const file = join(mkdtempSync(join(tmpdir(), 'mstar-cli-')), 'serve.yaml');
+    writeFileSync(file, `model: ${TINY_QWEN3}\ndevice: cpu\nmax_seq_len: 200\nkv_cache: { block_size: 16, num_blocks: 2 }\n`);
+    expect(await runCli(['serve', '--config', file])).toBe(2);
+    expect(io.err).toBe(`${file}: max_seq_len 200 does not fit in the KV cache (2 blocks of 16 = 32 tokens): lower max_seq_len or give kv_cache more room\n`);
+  });
 });
