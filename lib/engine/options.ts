@@ -75,26 +75,43 @@ export function profileSetting(env: NodeJS.ProcessEnv = process.env): boolean {
 const CPU_MAX_KV_BYTES = 2 * 2 ** 30;
 const CUDA_MAX_KV_BYTES = 16 * 2 ** 30;
 
+/** Free and total bytes of the memory the cache goes to: the device's on CUDA, else the host's free memory (as both). */
+export type MemoryInfo = () => { free: number; total: number };
+
+function memoryOf(cuda: boolean): MemoryInfo {
+  return cuda ? () => addon.cudaMemInfo() : () => ({ free: freemem(), total: freemem() });
+}
+
+const gib = (b: number) => `${(b / 2 ** 30).toFixed(2)} GiB`;
+
+/** What besides the cache takes memory, for error messages. */
+function besidesText(b: MemoryPlan, cuda: boolean): string {
+  return `the adapter pool takes ${gib(b.loraPool)}, activations ${gib(b.activations)}${cuda ? `, scratch ${gib(b.scratch)}` : ''}`;
+}
+
 /**
  * kv_cache.memory_fraction, as vLLM's gpu_memory_utilization: the share of the device's whole
  * memory the engine may use, less what it uses already (the weights, loaded before this is
  * asked) and what it will allocate besides the cache (`besides`). On the CPU: that share of
  * the free memory, less `besides`.
  */
-function memoryShare(fraction: number, cuda: boolean, besides: MemoryPlan): number {
-  const gib = (b: number) => `${(b / 2 ** 30).toFixed(2)} GiB`;
-  const { free, total } = cuda ? addon.cudaMemInfo() : { free: freemem(), total: freemem() };
+function memoryShare(fraction: number, cuda: boolean, besides: MemoryPlan, memory: MemoryInfo): number {
+  const { free, total } = memory();
   const used = total - free;
   const bytes = fraction * total - used - totalBytes(besides);
   if (bytes <= 0) {
     throw new LimitsError(`kv_cache.memory_fraction ${fraction} (${gib(fraction * total)} of ${cuda ? "the device's" : 'the free'} ${gib(total)}) leaves no room for the KV cache: ` +
-      `${cuda ? `${gib(used)} in use already (the weights), ` : ''}the adapter pool takes ${gib(besides.loraPool)}, ` +
-      `activations ${gib(besides.activations)}${cuda ? `, scratch ${gib(besides.scratch)}` : ''}`);
+      `${cuda ? `${gib(used)} in use already (the weights), ` : ''}${besidesText(besides, cuda)}`);
   }
   return bytes;
 }
 
-export function engineLimits(config: ModelConfig, o: EngineOptions, placement: Placement): EngineLimits {
+/**
+ * The engine's limits from its options and the model. `memory` tells what memory there is
+ * (the device's after the weights are loaded, on CUDA): memory_fraction sizes the cache from
+ * it, and on CUDA a cache sized otherwise must fit in what is free besides the rest.
+ */
+export function engineLimits(config: ModelConfig, o: EngineOptions, placement: Placement, memory?: MemoryInfo): EngineLimits {
   const maxModelLen = o.maxModelLen ?? config.maxPositionEmbeddings;
   if (maxModelLen > config.maxPositionEmbeddings) {
     throw new LimitsError(`max_seq_len ${maxModelLen} is above the model's max_position_embeddings (${config.maxPositionEmbeddings})`);
@@ -102,17 +119,33 @@ export function engineLimits(config: ModelConfig, o: EngineOptions, placement: P
   const blockSize = o.kvCache.blockSize;
   const perToken = KvCache.bytesPerToken(config, placement);
   const cuda = placement.device === 'cuda';
+  const mem = memory ?? memoryOf(cuda);
   if (o.kvCache.numBlocks !== undefined && o.kvCache.memoryFraction !== undefined) {
     throw new LimitsError('kv_cache: give num_blocks or memory_fraction, not both (num_blocks would win and the fraction mean nothing)');
   }
   const blockBytes = perToken * blockSize;
+  const besides = memoryBesidesKv(config, o, placement, cudaGraphsSetting(o.cudaGraphs));
   // Every row at full length is whole blocks a row (rounding the total down left a full
   // batch short, and a short max_seq_len no block at all), within the caps.
   const fullBatch = o.maxBatchSize * Math.ceil(maxModelLen / blockSize);
-  const numBlocks = o.kvCache.numBlocks ?? (o.kvCache.memoryFraction !== undefined
-    ? Math.floor(memoryShare(o.kvCache.memoryFraction, cuda, memoryBesidesKv(config, o, placement, cudaGraphsSetting(o.cudaGraphs))) / blockBytes)
-    : Math.min(fullBatch, Math.floor((cuda ? CUDA_MAX_KV_BYTES : Math.min(CPU_MAX_KV_BYTES, freemem() / 4)) / blockBytes)));
-  if (numBlocks < 1) throw new LimitsError(`the KV cache has room for no block of ${blockSize} tokens`);
+  let numBlocks: number;
+  if (o.kvCache.numBlocks !== undefined) numBlocks = o.kvCache.numBlocks;
+  else if (o.kvCache.memoryFraction !== undefined) numBlocks = Math.floor(memoryShare(o.kvCache.memoryFraction, cuda, besides, mem) / blockBytes);
+  else numBlocks = Math.min(fullBatch, Math.floor((cuda ? CUDA_MAX_KV_BYTES : Math.min(CPU_MAX_KV_BYTES, freemem() / 4)) / blockBytes));
+  if (cuda) {
+    // What the device has free (after the weights) must hold the cache and the rest: the
+    // default shrinks to it (as the model's own length is cut below), an asked-for size is refused.
+    const room = Math.floor((mem().free - totalBytes(besides)) / blockBytes);
+    if (o.kvCache.numBlocks === undefined) numBlocks = Math.min(numBlocks, room);
+    else if (numBlocks > room) {
+      throw new LimitsError(`kv_cache.num_blocks ${numBlocks} (${gib(numBlocks * blockBytes)}) does not fit: the device has ` +
+        `${gib(mem().free)} free after the weights, and ${besidesText(besides, cuda)}; at most ${Math.max(0, room)} blocks fit`);
+    }
+  }
+  if (numBlocks < 1) {
+    throw new LimitsError(`the KV cache has room for no block of ${blockSize} tokens` +
+      (cuda ? ` (${gib(mem().free)} free on the device after the weights; ${besidesText(besides, cuda)})` : ''));
+  }
   // A request must fit the whole cache. Asked-for lengths it cannot hold are an error at
   // start; the model's own (default) length is cut to what it holds, as vLLM does.
   const capacity = numBlocks * blockSize;

@@ -6,7 +6,7 @@ import { memoryBesidesKv } from '../../lib/engine/memory.js';
 import { engineLimits, type EngineOptions } from '../../lib/engine/options.js';
 import { ALL_TARGETS } from '../../lib/lora/adapter.js';
 import { SlotWeights } from '../../lib/lora/slot_weights.js';
-import { CPU } from '../../lib/models/index.js';
+import { CPU, cudaPlacement, KvCache } from '../../lib/models/index.js';
 import { Workspace, workspaceBytes } from '../../lib/models/workspace.js';
 import { tinyModel } from './helpers.js';
 
@@ -75,5 +75,38 @@ describe('what memory_fraction leaves for the KV cache', () => {
     const huge = { ...lora, slots: 2 ** 20, maxRank: 64 };
     expect(() => engineLimits(config, { ...base, kvCache: { blockSize: 16, memoryFraction: 0.01 }, lora: { ...huge, adapters: [] } }, CPU))
       .toThrow(/kv_cache.memory_fraction 0.01 .* leaves no room for the KV cache: the adapter pool takes [\d.]+ GiB, activations/);
+  });
+});
+
+describe('the KV cache on CUDA, against the device memory (given, as after the weights)', () => {
+  const config = tinyModel().config;
+  const cuda = cudaPlacement('bf16');
+  const GiB = 2 ** 30;
+  const memory = (free: number, total = 16 * GiB) => () => ({ free, total });
+  const blockBytes = KvCache.bytesPerToken(config, cuda) * 16;
+  const besides = (o: EngineOptions) => {
+    const p = memoryBesidesKv(config, o, cuda, true);
+    return p.loraPool + p.activations + p.scratch;
+  };
+
+  it('memory_fraction: that share of the whole device, less what is in use and what the engine adds', () => {
+    const o = { ...base, kvCache: { blockSize: 16, memoryFraction: 0.5 } };
+    const limits = engineLimits(config, o, cuda, memory(12 * GiB));
+    expect(limits.numBlocks).toBe(Math.floor((8 * GiB - 4 * GiB - besides(o)) / blockBytes));
+  });
+
+  it('an asked-for num_blocks that does not fit in what is free is refused, saying how many do', () => {
+    const o = { ...base, kvCache: { blockSize: 16, numBlocks: 10_000_000 } };
+    expect(() => engineLimits(config, o, cuda, memory(GiB)))
+      .toThrow(/^kv_cache.num_blocks 10000000 \([\d.]+ GiB\) does not fit: the device has 1.00 GiB free after the weights, and the adapter pool takes 0.00 GiB, activations [\d.]+ GiB, scratch 0.25 GiB; at most \d+ blocks fit$/);
+    expect(engineLimits(config, { ...base, kvCache: { blockSize: 16, numBlocks: 100 } }, cuda, memory(GiB)).numBlocks).toBe(100);
+  });
+
+  it('the default cache shrinks to what is free, and says so when not one block fits', () => {
+    const o = { ...base, maxBatchSize: 64, kvCache: { blockSize: 16 } };
+    const free = besides(o) + 10.5 * blockBytes;
+    expect(engineLimits(config, o, cuda, memory(free)).numBlocks).toBe(10);
+    expect(() => engineLimits(config, o, cuda, memory(besides(o))))
+      .toThrow(/the KV cache has room for no block of 16 tokens \([\d.]+ GiB free on the device after the weights; the adapter pool/);
   });
 });
