@@ -21,8 +21,8 @@ using f16 = __half;
 cudaStream_t stream();
 // Multiprocessors of the current device (cached).
 int smCount();
-// Whether launch() lets kernels overlap the one before them (see below): compute
-// capability 9.0 or newer, and MSTAR_PDL not 0.
+// Whether launch() lets kernels overlap the one before them (see below): where the device
+// runs this library's compute 9.0 code, and MSTAR_PDL is not off.
 bool dependentLaunch();
 
 [[noreturn]] void throwCuda(cudaError_t e, const char* what);
