@@ -78,18 +78,27 @@ export class Scheduler {
     let budget = this.limits.maxNumBatchedTokens;
     const preemptionsBefore = this.preemptions;
 
-    for (let i = 0; i < this.running.length && budget > 0; ) {
-      const seq = this.running[i];
-      // Its last token is still on the GPU: it finishes once that is read, no step follows.
-      if (seq.endsWithUnread(this.limits.maxModelLen)) {
+    // Rows after a token not read yet (overlapped steps) may follow a stop token: they come
+    // second and only take free blocks, never preempting for one (such a row waits a step,
+    // until its token is read); the other running sequences come first.
+    for (const speculative of [false, true]) {
+      for (let i = 0; i < this.running.length && budget > 0; ) {
+        const seq = this.running[i];
+        // Not this pass's; or its last token is still on the GPU: it finishes once that is read.
+        if (seq.unread > 0 !== speculative || seq.endsWithUnread(this.limits.maxModelLen)) {
+          i++;
+          continue;
+        }
+        const count = Math.min(seq.pending, budget);
+        if (speculative && !this.blocks.reserve(seq, seq.numComputed + count)) {
+          i++;  // no free block: it waits
+          continue;
+        }
+        if (!speculative && !this.reserveOrPreempt(seq, count)) continue;  // seq itself was preempted
+        out.push(this.entry(seq, count));
+        budget -= count;
         i++;
-        continue;
       }
-      const count = Math.min(seq.pending, budget);
-      if (!this.reserveOrPreempt(seq, count)) continue;  // seq itself was preempted
-      out.push(this.entry(seq, count));
-      budget -= count;
-      i++;
     }
 
     // After a preemption memory is short: admit nobody until the running ones have moved on.
