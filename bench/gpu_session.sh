@@ -6,8 +6,9 @@
 #
 #   bash bench/gpu_session.sh OUT_DIR [preset]
 #
-# Environment: TESTS=0 skips the test suite, NCU=0 the kernel timings; NCU_C=32 times the
-# kernels of 32-sequence decode steps instead of one; ROUNDS=N measures each side N times,
+# Environment: TESTS=0 skips the test suite (TESTS_TIMEOUT, default 300 s, bounds it), NCU=0
+# the kernel timings; NCU_C=32 times the kernels of 32-sequence decode steps instead of one;
+# ROUNDS=N measures each side N times,
 # the sides taking turns to go first (default 2: in a single round the side that runs second
 # meets a GPU that has drifted; ROUNDS=1 halves the time).
 #
@@ -20,8 +21,11 @@ mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv
 
 if [ "${TESTS:-1}" = 1 ]; then
-  MSTAR_GPU_TIMING=1 node node_modules/vitest/vitest.mjs run --config vitest.gpu.config.ts >"$out/gpu_tests.log" 2>&1
-  echo "gpu tests: exit $?"
+  # A bound on the suite (a hung CUDA call cannot be interrupted by vitest's own timeouts),
+  # and --reporter=verbose so that the log shows the last test that finished.
+  MSTAR_GPU_TIMING=1 timeout "${TESTS_TIMEOUT:-300}" node node_modules/vitest/vitest.mjs run --config vitest.gpu.config.ts \
+    --reporter=verbose >"$out/gpu_tests.log" 2>&1
+  echo "gpu tests: exit $? (124: stopped after ${TESTS_TIMEOUT:-300} s; the log's last lines say where)"
   grep -E "Test Files|Tests |FAIL|✗|×" "$out/gpu_tests.log" | head -40
   sed -n '/linear n=1 /,/sample 64/p' "$out/gpu_tests.log" | head -40
 fi
