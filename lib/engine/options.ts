@@ -95,8 +95,7 @@ function besidesText(b: MemoryPlan, cuda: boolean): string {
  * asked) and what it will allocate besides the cache (`besides`). On the CPU: that share of
  * the free memory, less `besides`.
  */
-function memoryShare(fraction: number, cuda: boolean, besides: MemoryPlan, memory: MemoryInfo): number {
-  const { free, total } = memory();
+function memoryShare(fraction: number, cuda: boolean, besides: MemoryPlan, { free, total }: ReturnType<MemoryInfo>): number {
   const used = total - free;
   const bytes = fraction * total - used - totalBytes(besides);
   if (bytes <= 0) {
@@ -119,7 +118,8 @@ export function engineLimits(config: ModelConfig, o: EngineOptions, placement: P
   const blockSize = o.kvCache.blockSize;
   const perToken = KvCache.bytesPerToken(config, placement);
   const cuda = placement.device === 'cuda';
-  const mem = memory ?? memoryOf(cuda);
+  // Asked once: what memory_fraction is a share of, and on CUDA what is free after the weights.
+  const mem = (memory ?? memoryOf(cuda))();
   if (o.kvCache.numBlocks !== undefined && o.kvCache.memoryFraction !== undefined) {
     throw new LimitsError('kv_cache: give num_blocks or memory_fraction, not both (num_blocks would win and the fraction mean nothing)');
   }
@@ -135,16 +135,16 @@ export function engineLimits(config: ModelConfig, o: EngineOptions, placement: P
   if (cuda) {
     // What the device has free (after the weights) must hold the cache and the rest: the
     // default shrinks to it (as the model's own length is cut below), an asked-for size is refused.
-    const room = Math.floor((mem().free - totalBytes(besides)) / blockBytes);
+    const room = Math.floor((mem.free - totalBytes(besides)) / blockBytes);
     if (o.kvCache.numBlocks === undefined) numBlocks = Math.min(numBlocks, room);
     else if (numBlocks > room) {
       throw new LimitsError(`kv_cache.num_blocks ${numBlocks} (${gib(numBlocks * blockBytes)}) does not fit: the device has ` +
-        `${gib(mem().free)} free after the weights, and ${besidesText(besides, cuda)}; at most ${Math.max(0, room)} blocks fit`);
+        `${gib(mem.free)} free after the weights, and ${besidesText(besides, cuda)}; at most ${Math.max(0, room)} blocks fit`);
     }
   }
   if (numBlocks < 1) {
     throw new LimitsError(`the KV cache has room for no block of ${blockSize} tokens` +
-      (cuda ? ` (${gib(mem().free)} free on the device after the weights; ${besidesText(besides, cuda)})` : ''));
+      (cuda ? ` (${gib(mem.free)} free on the device after the weights; ${besidesText(besides, cuda)})` : ''));
   }
   // A request must fit the whole cache. Asked-for lengths it cannot hold are an error at
   // start; the model's own (default) length is cut to what it holds, as vLLM does.

@@ -9,7 +9,7 @@ import { rulesFor } from '../checkpoint/families/index.js';
 import { engineWeights } from '../checkpoint/rules.js';
 import { moduleName } from './adapter.js';
 import type { HostAdapter } from './host_adapter.js';
-import { CPU, type Placement } from '../models/placement.js';
+import { CPU, floatBytes, type Placement } from '../models/placement.js';
 
 export interface LoraTarget {
   name: string;
@@ -52,18 +52,23 @@ function targetShapes(config: ModelConfig, numSlots: number, rank: number, targe
 export function slotWeightsBytes(
   config: ModelConfig, numSlots: number, rank: number, targets: ReadonlySet<string>, placement: Placement,
 ): number {
-  const size = placement.act === 'f32' ? 4 : 2;
   const elements = (shape: number[]) => shape.reduce((n, d) => n * d, 1);
-  return targetShapes(config, numSlots, rank, targets).reduce((n, t) => n + size * (elements(t.a) + elements(t.b)), 0);
+  return targetShapes(config, numSlots, rank, targets).reduce((n, t) => n + floatBytes(placement.act) * (elements(t.a) + elements(t.b)), 0);
 }
 
 /** Widest rank-space row the pool's targets need: slices * rank (linear), rank (embedding). */
 export function rankColumns(config: ModelConfig, rank: number, targets: ReadonlySet<string>): number {
-  return Math.max(1, ...targetShapes(config, 1, rank, targets).map((t) => t.slices * rank));
+  return columnsOf(targetShapes(config, 1, rank, targets), rank);
+}
+
+function columnsOf(shapes: readonly TargetShape[], rank: number): number {
+  return Math.max(1, ...shapes.map((t) => t.slices * rank));
 }
 
 export class SlotWeights {
   readonly targets = new Map<string, LoraTarget>();
+  /** Widest rank-space row its targets need (rankColumns): the width of a step's shrink buffer. */
+  readonly columns: number;
   /** Every target's ranks, one after the other: a slot load sends them in one copy. */
   private readonly ranks: Tensor;
   private readonly hostRanks: Int32Array;
@@ -77,6 +82,7 @@ export class SlotWeights {
   ) {
     const { act, device } = placement;
     const shapes = targetShapes(config, numSlots, rank, targets);
+    this.columns = columnsOf(shapes, rank);
     const total = shapes.reduce((n, t) => n + numSlots * t.slices, 0);
     this.ranks = addon.zeros('i32', [Math.max(1, total)], device);
     this.hostRanks = new Int32Array(Math.max(1, total));

@@ -1,7 +1,7 @@
 // The paged KV cache of a model: per layer, k and v as [blocks, blockSize, kvHeads, headDim].
 import { addon, type Tensor } from '../addon/index.js';
 import type { ModelConfig } from '../checkpoint/config.js';
-import { CPU, type Placement } from './placement.js';
+import { CPU, floatBytes, type Placement } from './placement.js';
 
 export class KvCache {
   readonly k: Tensor[];
@@ -17,7 +17,7 @@ export class KvCache {
 
   /** Bytes one cached token takes across all layers. */
   static bytesPerToken(config: ModelConfig, placement: Placement = CPU): number {
-    return 2 * config.numLayers * config.numKvHeads * config.headDim * (placement.kv === 'f32' ? 4 : 2);
+    return 2 * config.numLayers * config.numKvHeads * config.headDim * floatBytes(placement.kv);
   }
 
   dispose(): void {

@@ -10,6 +10,11 @@ export interface Placement {
   kv: FloatDType;
 }
 
+/** Bytes of one element of a float dtype. */
+export function floatBytes(dtype: FloatDType): number {
+  return dtype === 'f32' ? 4 : 2;
+}
+
 export const CPU: Placement = { device: 'cpu', act: 'f32', kv: 'f32' };
 
 export function cudaPlacement(act: FloatDType = 'bf16'): Placement {

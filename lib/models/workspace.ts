@@ -5,7 +5,7 @@
 import { addon, type Tensor } from '../addon/index.js';
 import type { ModelConfig } from '../checkpoint/config.js';
 import type { SlotWeights } from '../lora/slot_weights.js';
-import type { Placement } from './placement.js';
+import { floatBytes, type Placement } from './placement.js';
 
 export type BufferName = 'residual' | 'x' | 'qkv' | 'attn' | 'gateUp' | 'act' | 'last' | 'logits' | 'lora';
 
@@ -20,7 +20,7 @@ export class Workspace {
     config: ModelConfig, readonly placement: Placement, readonly maxTokens: number, readonly maxRows: number,
     lora?: SlotWeights,
   ) {
-    const sizes = bufferSizes(config, maxTokens, maxRows, lora && loraColumns(lora));
+    const sizes = bufferSizes(config, maxTokens, maxRows, lora?.columns);
     try {
       for (const [name, n] of sizes) this.flat.set(name, addon.empty(placement.act, [n], placement.device));
     } catch (e) {
@@ -43,8 +43,7 @@ export class Workspace {
 
   /** Device bytes of its buffers. */
   get bytes(): number {
-    const size = this.placement.act === 'f32' ? 4 : 2;
-    return [...this.flat.values()].reduce((n, t) => n + size * t.shape[0], 0);
+    return [...this.flat.values()].reduce((n, t) => n + floatBytes(this.placement.act) * t.shape[0], 0);
   }
 
   dispose(): void {
@@ -71,13 +70,5 @@ function bufferSizes(c: ModelConfig, T: number, R: number, loraCols?: number): [
 
 /** Bytes a Workspace of these sizes takes (loraCols as for bufferSizes). */
 export function workspaceBytes(config: ModelConfig, placement: Placement, maxTokens: number, maxRows: number, loraCols?: number): number {
-  const size = placement.act === 'f32' ? 4 : 2;
-  return bufferSizes(config, maxTokens, maxRows, loraCols).reduce((n, [, e]) => n + size * e, 0);
-}
-
-/** Widest rank-space row any LoRA target needs: slices * rank (linear), rank (embedding). */
-export function loraColumns(lora: SlotWeights): number {
-  let cols = 0;
-  for (const t of lora.targets.values()) cols = Math.max(cols, t.embedding ? t.a.shape[2] : t.b.shape[2] * t.sliceOffsets.length);
-  return Math.max(cols, 1);
+  return bufferSizes(config, maxTokens, maxRows, loraCols).reduce((n, [, e]) => n + floatBytes(placement.act) * e, 0);
 }
