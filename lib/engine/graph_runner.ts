@@ -23,7 +23,7 @@ import type { KvCache, Model, StepTensors } from '../models/index.js';
 import { Workspace } from '../models/workspace.js';
 import type { SlotWeights } from '../lora/slot_weights.js';
 import { bucketFor, DecodeInputs, graphBuckets, graphIneligible, tableWidth, type UnreadToken } from './graph_inputs.js';
-import type { Launched, Sampled } from './launched.js';
+import { tokensOf, type Launched, type Sampled } from './launched.js';
 import type { ScheduledSeq } from './scheduler.js';
 import type { Sequence } from './sequence.js';
 
@@ -90,6 +90,11 @@ interface BucketViews {
   owned: Tensor[];
 }
 
+/** A captured graph's name: `${bucket}/lora` or `${bucket}/base` (GraphStats.captured). */
+function graphKey(bucket: number, withLora: boolean): string {
+  return `${bucket}/${withLora ? 'lora' : 'base'}`;
+}
+
 /** A step this runner enqueued: its ids are read from its readback on first ask. */
 class GraphLaunch implements Launched {
   private ids?: Sampled[];
@@ -154,7 +159,7 @@ export class GraphRunner {
     s.turn ^= 1;
     readback.pending?.sampled();  // two launches back: read before its buffer is reused
     this.upload(v, bucket);
-    const key = `${bucket}/${withLora ? 'lora' : 'base'}`;
+    const key = graphKey(bucket, withLora);
     const graph = this.graphs.get(key);
     const replay = graph !== undefined && 'replay' in graph;
     if (replay) graph.replay();
@@ -188,7 +193,7 @@ export class GraphRunner {
     const before = this.stats.captures;
     for (const bucket of this.buckets) {
       for (const withLora of s.lora ? [true, false] : [false]) {
-        const key = `${bucket}/${withLora ? 'lora' : 'base'}`;
+        const key = graphKey(bucket, withLora);
         if (this.graphs.has(key)) continue;
         this.host.fill([], bucket, this.options.blockSize, this.model.config.vocabSize);
         const v = this.viewsFor(bucket);
@@ -208,8 +213,7 @@ export class GraphRunner {
     if (prev instanceof GraphLaunch && prev.runner === this) {
       return new Map(prev.batch.map((e, row): [Sequence, UnreadToken] => [e.seq, { row }]));  // every row samples
     }
-    const sampled = prev.sampled();
-    return new Map(prev.batch.filter((e) => e.samples).map((e, i): [Sequence, UnreadToken] => [e.seq, { token: sampled[i].tokenId }]));
+    return new Map([...tokensOf(prev)].map(([seq, token]): [Sequence, UnreadToken] => [seq, { token }]));
   }
 
   dispose(): void {

@@ -1,6 +1,7 @@
 // A step handed to the model runner whose samples the host may not have read yet: with
 // overlapped steps the engine enqueues the next step first, then reads this one's.
 import type { ScheduledSeq } from './scheduler.js';
+import type { Sequence } from './sequence.js';
 import type { TokenLogprob } from './types.js';
 
 export interface Sampled {
@@ -12,4 +13,10 @@ export interface Launched {
   readonly batch: readonly ScheduledSeq[];
   /** One sample per entry of the batch that samples, in order; waits for the GPU the first time. */
   sampled(): Sampled[];
+}
+
+/** Each sampling sequence's token of a launched step, read (waiting for the GPU if need be). */
+export function tokensOf(launched: Launched): Map<Sequence, number> {
+  const sampled = launched.sampled();
+  return new Map(launched.batch.filter((e) => e.samples).map((e, i) => [e.seq, sampled[i].tokenId]));
 }

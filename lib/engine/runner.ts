@@ -7,7 +7,7 @@ import { KvCache, stepTensors, type Model, type StepInput } from '../models/inde
 import { Workspace } from '../models/workspace.js';
 import type { SlotWeights } from '../lora/slot_weights.js';
 import { GraphRunner, type GraphRunnerOptions, type GraphStats } from './graph_runner.js';
-import type { Launched, Sampled } from './launched.js';
+import { tokensOf, type Launched, type Sampled } from './launched.js';
 import type { ScheduledSeq } from './scheduler.js';
 import type { Sequence } from './sequence.js';
 
@@ -227,6 +227,5 @@ export class ModelRunner {
 function unreadTokens(batch: readonly ScheduledSeq[], prev?: Launched): Map<Sequence, number> | undefined {
   if (!batch.some((e) => e.seq.unread > 0)) return undefined;
   if (!prev) throw new Error('model runner: a token is unread but no previous step was given');
-  const sampled = prev.sampled();
-  return new Map(prev.batch.filter((e) => e.samples).map((e, i) => [e.seq, sampled[i].tokenId]));
+  return tokensOf(prev);
 }
