@@ -99,10 +99,7 @@ function graphKey(bucket: number, withLora: boolean): string {
 class GraphLaunch implements Launched {
   private ids?: Sampled[];
 
-  constructor(
-    readonly runner: GraphRunner, readonly batch: readonly ScheduledSeq[], private readonly readback: Readback,
-    private readonly stats: GraphStats,
-  ) {}
+  constructor(readonly runner: GraphRunner, readonly batch: readonly ScheduledSeq[], private readonly readback: Readback) {}
 
   sampled(): Sampled[] {
     if (this.ids) return this.ids;
@@ -111,7 +108,7 @@ class GraphLaunch implements Launched {
     const all = this.readback.host.toArray() as Int32Array;
     this.ids = Array.from(all.subarray(0, this.batch.length), (tokenId) => ({ tokenId }));
     this.readback.pending = undefined;
-    this.stats.waitMs += performance.now() - t0;
+    this.runner.stats.waitMs += performance.now() - t0;
     return this.ids;
   }
 }
@@ -171,7 +168,7 @@ export class GraphRunner {
       host.dispose();
     }
     readback.fence.record();
-    const launched = new GraphLaunch(this, batch, readback, this.stats);
+    const launched = new GraphLaunch(this, batch, readback);
     readback.pending = launched;
     if (replay) {
       this.stats.replays++;
