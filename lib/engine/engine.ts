@@ -25,9 +25,9 @@ export interface EngineLimits {
    */
   cudaGraphs?: boolean;
   /**
-   * Each decode step is enqueued before the previous one's samples are read, so the GPU
-   * never waits for the host between steps (default: where decode steps replay CUDA
-   * graphs). MSTAR_OVERLAP=0 in the environment turns it off whatever this says.
+   * Each step is enqueued before the previous one's samples are read, so the GPU never
+   * waits for the host between steps (default: where the model is on cuda).
+   * MSTAR_OVERLAP=0 in the environment turns it off whatever this says.
    */
   overlapSteps?: boolean;
 }
@@ -83,7 +83,7 @@ export class Engine {
     };
     this.scheduler = new Scheduler(this.blocks, limits, (seq) => this.salt(seq), hooks);
     const cudaGraphs = cudaGraphsSetting(limits.cudaGraphs);
-    this.overlap = overlapSetting(limits.overlapSteps, cudaGraphs && model.placement.device === 'cuda');
+    this.overlap = overlapSetting(limits.overlapSteps, model.placement.device === 'cuda');
     this.runner = new ModelRunner(model, new KvCache(c, limits.numBlocks, limits.blockSize, model.placement), {
       cudaGraphs,
       profile: profileSetting(),
@@ -164,13 +164,12 @@ export class Engine {
   }
 
   /**
-   * Schedules and runs one step; returns the outputs it produced. With overlapped steps, a
-   * decode step is enqueued first, then the samples of the step before are read (their
+   * Schedules and runs one step; returns the outputs it produced. With overlapped steps,
+   * the step is enqueued first, then the samples of the step before are read (their
    * outputs are the ones returned), so each sequence has a token the host has not read
    * (Sequence.unread) while its next step is scheduled: the step takes it on the device.
    * A sequence that stops on that token has run one row too many, which is dropped.
-   * A decode step that cannot replay a graph (logprobs, min_tokens) runs at once, but its
-   * samples are still read in the step after, like the others.
+   * Without overlap, the step before is read first and the step is run to its samples.
    */
   step(): RequestOutput[] {
     if (this.lora) this.takeTurns(this.lora);
@@ -179,7 +178,7 @@ export class Engine {
     const outputs: RequestOutput[] = this.endUnreadable();
     const prev = this.inFlight;
     this.inFlight = undefined;
-    if (this.overlap && batch.length > 0 && batch.every((e) => e.count === 1 && e.samples)) {
+    if (this.overlap && batch.length > 0) {
       this.inFlight = this.runner.launch(batch, prev);
       this.advance(batch);
       if (prev) outputs.push(...this.read(prev));

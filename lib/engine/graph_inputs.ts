@@ -10,13 +10,6 @@
 import type { ScheduledSeq } from './scheduler.js';
 import type { Sequence } from './sequence.js';
 
-/**
- * Where a row's token comes from when the host has not read it (Sequence.unread): its
- * value, read already by the runner, or the row of the previous step whose sample it is,
- * which that step left in the device's id buffer.
- */
-export type UnreadToken = { token: number } | { row: number };
-
 /** Larger decode batches run eagerly (their launches are a small part of their step). */
 export const MAX_GRAPH_BATCH = 256;
 
@@ -110,13 +103,14 @@ export class DecodeInputs {
   /**
    * Writes a decode batch into rows [0, batch.length) and padding into the rest of
    * [0, bucket). `vocab` places each row in the embedding adapters' stacked table. A row
-   * whose token is unread takes it from `unread`: a value, or fromRows[r] = the previous
-   * step's row (feedTokens fills in the token and its embedding row on the device); every
-   * other row has fromRows[r] = -1. Returns whether any row runs an adapter.
+   * whose token is unread (Sequence.unread) has fromRows[r] = its row among the previous
+   * step's samples, from `unread` (feedTokens fills in the token and its embedding row on
+   * the device, from the id buffer that step left); every other row has fromRows[r] = -1.
+   * Returns whether any row runs an adapter.
    */
   fill(
     batch: readonly ScheduledSeq[], bucket: number, blockSize: number, vocab: number,
-    unread?: ReadonlyMap<Sequence, UnreadToken>,
+    unread?: ReadonlyMap<Sequence, number>,
   ): boolean {
     if (batch.length > bucket || bucket > this.maxBucket) {
       throw new Error(`decode inputs: ${batch.length} rows in a bucket of ${bucket} (at most ${this.maxBucket})`);
@@ -137,10 +131,10 @@ export class DecodeInputs {
         continue;
       }
       const { seq, start: p } = e;
-      const source = seq.unread > 0 ? unread?.get(seq) : undefined;
-      if (seq.unread > 0 && source === undefined) throw new Error(`decode inputs: the token of sequence ${seq.id} is not read and not given`);
-      const token = source === undefined ? seq.tokenAt(p) : 'token' in source ? source.token : 0;
-      fromRows[r] = source !== undefined && 'row' in source ? source.row : -1;
+      const from = seq.unread > 0 ? unread?.get(seq) : undefined;
+      if (seq.unread > 0 && from === undefined) throw new Error(`decode inputs: the token of sequence ${seq.id} is not read and has no row`);
+      const token = from === undefined ? seq.tokenAt(p) : 0;
+      fromRows[r] = from ?? -1;
       tokens[r] = token;
       positions[r] = p;
       slots[r] = seq.blocks[Math.floor(p / blockSize)] * blockSize + (p % blockSize);

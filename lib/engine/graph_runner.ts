@@ -1,6 +1,6 @@
 // Decode steps on CUDA as replayed graphs. Per batch-size bucket (graph_inputs.ts) one graph
-// runs the whole step: forward on a preallocated Workspace, then sampling into a static id
-// buffer. Every input lives in static device buffers written before the replay (five
+// runs the whole step: forward on a preallocated Workspace, then sampling into the model
+// runner's id buffer. Every input lives in static device buffers written before the replay (five
 // asynchronous uploads through pinned memory), the adapter mix included: a row's slot and
 // its embedding row are data, so one capture serves every mix. Steps without adapter rows
 // replay a second graph per bucket without the LoRA ops (fewer launches). The only wait of
@@ -11,19 +11,20 @@
 // while capturing), then the graph is captured (nothing runs) and later steps replay it.
 // A capture that fails is reported once and that pair stays eager.
 //
-// Steps overlap (launch): a step's ids come back through pinned memory behind a fence, and
-// the engine enqueues step N+1 before it reads step N's ids. A sequence of step N whose
-// token the host has not read takes it on the device: the step's first op (feedTokens)
-// copies it from the id buffer, which step N left there, into the token inputs. Two pinned
-// buffers take turns, so step N's ids are still there while step N+1's come back.
+// Steps overlap (launch): a step's ids come back through the runner's readback (pinned
+// memory behind a fence), and the engine enqueues step N+1 before it reads step N's ids. A
+// sequence of step N whose token the host has not read takes it on the device: the step's
+// first op (feedTokens) copies it from the id buffer, which step N (graph or eager) left
+// there, into the token inputs.
 import { performance } from 'node:perf_hooks';
 
-import { addon, type Fence, type Graph, type Tensor } from '../addon/index.js';
+import { addon, type Graph, type Tensor } from '../addon/index.js';
 import type { KvCache, Model, StepTensors } from '../models/index.js';
 import { Workspace } from '../models/workspace.js';
 import type { SlotWeights } from '../lora/slot_weights.js';
-import { bucketFor, DecodeInputs, graphBuckets, graphIneligible, tableWidth, type UnreadToken } from './graph_inputs.js';
-import { tokensOf, type Launched, type Sampled } from './launched.js';
+import { bucketFor, DecodeInputs, graphBuckets, graphIneligible, tableWidth } from './graph_inputs.js';
+import { sampleRows, type Launched, type Sampled } from './launched.js';
+import type { Pending, Readback } from './readback.js';
 import type { ScheduledSeq } from './scheduler.js';
 import type { Sequence } from './sequence.js';
 
@@ -52,14 +53,6 @@ export interface GraphStats {
   waitMs: number;
 }
 
-/** Where a launch's ids come back: a pinned buffer and the fence after its copy. */
-interface Readback {
-  host: Tensor;
-  fence: Fence;
-  /** The launch whose ids are in flight to `host`, until they are read. */
-  pending?: GraphLaunch;
-}
-
 /** The device side: static inputs and outputs for the largest bucket, and the workspace. */
 interface Statics {
   lora: SlotWeights | undefined;
@@ -68,11 +61,7 @@ interface Statics {
   temperature: Tensor;
   topP: Tensor;
   seeds: Tensor;
-  ids: Tensor;
   ws: Workspace;
-  readbacks: [Readback, Readback];
-  /** Which readback the next launch uses. */
-  turn: number;
   /** Views for each bucket size, made on first use. */
   views: Map<number, BucketViews>;
 }
@@ -95,19 +84,17 @@ function graphKey(bucket: number, withLora: boolean): string {
   return `${bucket}/${withLora ? 'lora' : 'base'}`;
 }
 
-/** A step this runner enqueued: its ids are read from its readback on first ask. */
+/** A step this runner enqueued: its ids are read from the readback on first ask. */
 class GraphLaunch implements Launched {
   private ids?: Sampled[];
 
-  constructor(readonly runner: GraphRunner, readonly batch: readonly ScheduledSeq[], private readonly readback: Readback) {}
+  constructor(readonly runner: GraphRunner, readonly batch: readonly ScheduledSeq[], private readonly pending: Pending) {}
 
   sampled(): Sampled[] {
     if (this.ids) return this.ids;
     const t0 = performance.now();
-    this.readback.fence.wait();
-    const all = this.readback.host.toArray() as Int32Array;
+    const all = this.pending.read()[0] as Int32Array;
     this.ids = Array.from(all.subarray(0, this.batch.length), (tokenId) => ({ tokenId }));
-    this.readback.pending = undefined;
     this.runner.stats.waitMs += performance.now() - t0;
     return this.ids;
   }
@@ -122,11 +109,19 @@ export class GraphRunner {
   /** Key `${bucket}/${lora|base}`: the graph, or the reason its capture failed. */
   private readonly graphs = new Map<string, Graph | { failed: string }>();
 
-  constructor(readonly model: Model, readonly kv: KvCache, readonly options: GraphRunnerOptions) {
+  /**
+   * ids: where every step's samples go (at least the largest bucket's rows; its address is
+   * captured); readback: how they come back.
+   */
+  constructor(
+    readonly model: Model, readonly kv: KvCache, readonly options: GraphRunnerOptions, private readonly ids: Tensor,
+    private readonly readback: Readback,
+  ) {
     this.buckets = graphBuckets(options.maxBatchSize, options.maxNumBatchedTokens);
     this.width = tableWidth(options.maxModelLen, options.blockSize);
     this.host = new DecodeInputs(this.buckets[this.buckets.length - 1] ?? 1, this.width);
     if (model.placement.device !== 'cuda') throw new Error('CUDA graphs need a model on cuda');
+    if (ids.shape[0] < this.host.maxBucket) throw new Error(`graph runner: the id buffer holds ${ids.shape[0]} rows, the largest bucket ${this.host.maxBucket}`);
   }
 
   /** Why this step runs eagerly instead (undefined: run() takes it). */
@@ -140,8 +135,7 @@ export class GraphRunner {
 
   /**
    * Enqueues an eligible decode step and returns at once. Its rows whose token is unread
-   * take it from `prev`, the step launched just before (on the device when this runner
-   * launched it, else from its samples).
+   * take it on the device from `prev`'s samples, `prev` being the step launched just before.
    */
   launch(batch: readonly ScheduledSeq[], prev?: Launched): Launched {
     const started = performance.now();
@@ -152,24 +146,13 @@ export class GraphRunner {
     const adapters = this.host.fill(batch, bucket, this.options.blockSize, this.model.config.vocabSize, this.unreadFrom(batch, prev));
     const withLora = adapters && s.lora !== undefined;
     const v = this.viewsFor(bucket);
-    const readback = s.readbacks[s.turn];
-    s.turn ^= 1;
-    readback.pending?.sampled();  // two launches back: read before its buffer is reused
     this.upload(v, bucket);
     const key = graphKey(bucket, withLora);
     const graph = this.graphs.get(key);
     const replay = graph !== undefined && 'replay' in graph;
     if (replay) graph.replay();
     else this.enqueueStep(v, withLora);
-    const host = readback.host.narrow(0, bucket);
-    try {
-      v.ids.copyToAsync(host);
-    } finally {
-      host.dispose();
-    }
-    readback.fence.record();
-    const launched = new GraphLaunch(this, batch, readback);
-    readback.pending = launched;
+    const launched = new GraphLaunch(this, batch, this.readback.send([v.ids]));
     if (replay) {
       this.stats.replays++;
       this.stats.hostMs += performance.now() - started;
@@ -203,14 +186,11 @@ export class GraphRunner {
     return this.stats.captures - before;
   }
 
-  /** Where each unread token of the batch comes from: prev's row, or prev's sample. */
-  private unreadFrom(batch: readonly ScheduledSeq[], prev?: Launched): Map<Sequence, UnreadToken> | undefined {
+  /** Each unread token's row among prev's samples, in the id buffer. */
+  private unreadFrom(batch: readonly ScheduledSeq[], prev?: Launched): Map<Sequence, number> | undefined {
     if (!batch.some((e) => e.seq.unread > 0)) return undefined;
     if (!prev) throw new Error('graph runner: a token is unread but no previous step was given');
-    if (prev instanceof GraphLaunch && prev.runner === this) {
-      return new Map(prev.batch.map((e, row): [Sequence, UnreadToken] => [e.seq, { row }]));  // every row samples
-    }
-    return new Map([...tokensOf(prev)].map(([seq, token]): [Sequence, UnreadToken] => [seq, { token }]));
+    return sampleRows(prev);
   }
 
   dispose(): void {
@@ -218,13 +198,8 @@ export class GraphRunner {
     this.graphs.clear();
     const s = this.statics;
     if (!s) return;
-    for (const r of s.readbacks) {
-      r.fence.wait();  // its copy into the pinned buffer has run
-      r.fence.dispose();
-      r.host.dispose();
-    }
     for (const v of s.views.values()) v.owned.forEach((t) => t.dispose());
-    for (const t of [s.ints, s.tables, s.temperature, s.topP, s.seeds, s.ids]) t.dispose();
+    for (const t of [s.ints, s.tables, s.temperature, s.topP, s.seeds]) t.dispose();
     s.ws.dispose();
     this.statics = undefined;
   }
@@ -233,7 +208,7 @@ export class GraphRunner {
   private enqueueStep(v: BucketViews, withLora: boolean): void {
     const s = this.statics!;
     const lora = v.step.lora!;
-    addon.feedTokens(v.step.tokens, lora.embedRows, s.ids, v.fromRows, lora.rowSlots, this.model.config.vocabSize);
+    addon.feedTokens(v.step.tokens, lora.embedRows, this.ids, v.fromRows, lora.rowSlots, this.model.config.vocabSize);
     const step = withLora ? v.step : { ...v.step, lora: undefined };
     const logits = this.model.forward(step, this.kv, s.ws);
     try {
@@ -283,11 +258,8 @@ export class GraphRunner {
       const temperature = make(addon.empty('f32', [M], 'cuda'));
       const topP = make(addon.empty('f32', [M], 'cuda'));
       const seeds = make(addon.empty('i64', [M], 'cuda'));
-      const ids = make(addon.zeros('i32', [M], 'cuda'));
-      const readback = (): Readback => ({ host: make(addon.pinnedEmpty('i32', [M])), fence: addon.fence() });
-      const readbacks: [Readback, Readback] = [readback(), readback()];
       const ws = new Workspace(this.model.config, this.model.placement, M, M, lora);
-      this.statics = { lora, ints, tables, temperature, topP, seeds, ids, ws, readbacks, turn: 0, views: new Map() };
+      this.statics = { lora, ints, tables, temperature, topP, seeds, ws, views: new Map() };
       return this.statics;
     } catch (e) {
       made.forEach((t) => t.dispose());
@@ -324,7 +296,7 @@ export class GraphRunner {
       topP: own(s.topP.narrow(0, B)),
       seeds: own(s.seeds.narrow(0, B)),
       steps: field('steps'),
-      ids: own(s.ids.narrow(0, B)),
+      ids: own(this.ids.narrow(0, B)),
       fromRows: field('fromRows'),
       tables: step.blockTables,
       owned,

@@ -15,8 +15,10 @@ export interface Launched {
   sampled(): Sampled[];
 }
 
-/** Each sampling sequence's token of a launched step, read (waiting for the GPU if need be). */
-export function tokensOf(launched: Launched): Map<Sequence, number> {
-  const sampled = launched.sampled();
-  return new Map(launched.batch.filter((e) => e.samples).map((e, i) => [e.seq, sampled[i].tokenId]));
+/**
+ * Each sampling sequence's row among a launched step's samples: where its token is in the
+ * id buffer the step leaves on the device (the host need not have read it).
+ */
+export function sampleRows(launched: Launched): Map<Sequence, number> {
+  return new Map(launched.batch.filter((e) => e.samples).map((e, row) => [e.seq, row]));
 }

@@ -24,7 +24,7 @@ export interface EngineOptions {
   onProgress?: (message: string) => void;
   /** Decode steps as replayed CUDA graphs on cuda (default true; MSTAR_CUDA_GRAPHS=0 turns them off). */
   cudaGraphs?: boolean;
-  /** Decode steps enqueued before the previous one's samples are read (default: with CUDA graphs; MSTAR_OVERLAP=0 turns it off). */
+  /** Steps enqueued before the previous one's samples are read (default: on cuda; MSTAR_OVERLAP=0 turns it off). */
   overlapSteps?: boolean;
 }
 
@@ -55,14 +55,14 @@ export function cudaGraphsSetting(option: boolean | undefined, env: NodeJS.Proce
 }
 
 /**
- * Whether the engine enqueues each decode step before it reads the previous one's samples
+ * Whether the engine enqueues each step before it reads the previous one's samples
  * (Engine): MSTAR_OVERLAP=0 turns it off whatever the option says; otherwise the option,
- * by default on wherever decode steps replay CUDA graphs (elsewhere they run synchronously,
+ * by default on wherever the model is on cuda (on the cpu every op runs as it is called,
  * so there is nothing to overlap).
  */
-export function overlapSetting(option: boolean | undefined, graphs: boolean, env: NodeJS.ProcessEnv = process.env): boolean {
+export function overlapSetting(option: boolean | undefined, cuda: boolean, env: NodeJS.ProcessEnv = process.env): boolean {
   if (envSwitch('MSTAR_OVERLAP', env) === false) return false;
-  return option ?? graphs;
+  return option ?? cuda;
 }
 
 /** MSTAR_PROFILE=1: the model runner times its steps and prints a summary (every 1000 steps, and at close). */

@@ -1,15 +1,20 @@
 // Turns a scheduled step into model inputs, runs the forward pass, and samples: the only
-// part of the engine that calls into the addon.
+// part of the engine that calls into the addon. Every step only enqueues (on cuda): its
+// inputs go up without waiting, its samples land in one id buffer that every step shares
+// (the next step reads its unread tokens from there, on the device) and come back to the
+// host through a readback that waits only when they are read.
 import { performance } from 'node:perf_hooks';
 
 import { addon, type Tensor } from '../addon/index.js';
-import { KvCache, stepTensors, type Model, type StepInput } from '../models/index.js';
+import type { KvCache, Model, StepInput, StepTensors } from '../models/index.js';
 import { Workspace } from '../models/workspace.js';
 import type { SlotWeights } from '../lora/slot_weights.js';
 import { GraphRunner, type GraphRunnerOptions, type GraphStats } from './graph_runner.js';
-import { tokensOf, type Launched, type Sampled } from './launched.js';
+import { sampleRows, type Launched, type Sampled } from './launched.js';
+import { Readback } from './readback.js';
 import type { ScheduledSeq } from './scheduler.js';
 import type { Sequence } from './sequence.js';
+import { StagedUploads, type IntoDevice } from './staged_uploads.js';
 
 export type { Launched, Sampled };
 
@@ -20,7 +25,7 @@ export interface RunnerOptions extends GraphRunnerOptions {
   profile?: boolean;
 }
 
-/** Host wall time per step, by path (the graph path's waits for ids are GraphStats.waitMs). */
+/** Host wall time per step, by path (eager: its wait for ids included; graph: that is GraphStats.waitMs). */
 interface Timing {
   steps: number;
   ms: number;
@@ -37,9 +42,17 @@ export class ModelRunner {
   private eagerWs?: Workspace;
   private eagerWsLora?: SlotWeights;
   private readonly timing = { graph: { steps: 0, ms: 0 } as Timing, eager: { steps: 0, ms: 0 } as Timing };
+  /** Every step's sampled ids, row i the batch's i-th sampling entry: one row per sequence a step may hold. */
+  private readonly ids: Tensor;
+  private readonly readback: Readback;
+  private readonly uploads: StagedUploads;
 
-  constructor(readonly model: Model, readonly kv: KvCache, readonly options?: RunnerOptions) {
-    if (options?.cudaGraphs && model.placement.device === 'cuda') this.graphs = new GraphRunner(model, kv, options);
+  constructor(readonly model: Model, readonly kv: KvCache, readonly options: RunnerOptions) {
+    const device = model.placement.device;
+    this.ids = addon.zeros('i32', [Math.max(1, options.maxBatchSize)], device);
+    this.readback = new Readback(device);
+    this.uploads = new StagedUploads(device);
+    if (options.cudaGraphs && device === 'cuda') this.graphs = new GraphRunner(model, kv, options, this.ids, this.readback);
   }
 
   /** Runs the step; returns one sample per entry whose chunk ends its sequence, in order. */
@@ -53,10 +66,10 @@ export class ModelRunner {
    * take it from `prev`, the step launched just before.
    */
   launch(batch: readonly ScheduledSeq[], prev?: Launched): Launched {
-    const t0 = this.options?.profile ? performance.now() : 0;
+    const t0 = this.options.profile ? performance.now() : 0;
     const graph = this.graphs !== undefined && this.graphs.ineligible(batch) === undefined;
     const launched = graph ? this.graphs!.launch(batch, prev) : this.runEager(batch, prev);
-    if (this.options?.profile) {
+    if (this.options.profile) {
       const t = graph ? this.timing.graph : this.timing.eager;
       t.steps++;
       t.ms += performance.now() - t0;
@@ -81,32 +94,82 @@ export class ModelRunner {
   }
 
   close(): void {
-    if (this.options?.profile) console.error(this.profileLine());
+    if (this.options.profile) console.error(this.profileLine());
     this.graphs?.dispose();
+    this.readback.dispose();  // waits for the copies in flight, so the last step has run
+    this.uploads.dispose();
+    this.ids.dispose();
     this.eagerWs?.dispose();
   }
 
+  /**
+   * Enqueues the step's ops and returns at once on cuda: inputs through staged uploads, the
+   * rows whose token is unread fed from the id buffer prev left (feedTokens), samples into
+   * that buffer and back through the readback.
+   */
   private runEager(batch: readonly ScheduledSeq[], prev?: Launched): Launched {
-    const input = this.inputs(batch, unreadTokens(batch, prev));
-    const tensors = stepTensors(input, this.model.placement.device);
+    const sampling = batch.filter((e) => e.samples);
+    if (sampling.length > this.ids.shape[0]) {
+      throw new Error(`model runner: ${sampling.length} rows sample, the id buffer holds ${this.ids.shape[0]}`);
+    }
+    const tensors = this.upload(this.inputs(batch, unreadRows(batch, prev)), sampling);
     let logits: Tensor | undefined;
     try {
-      logits = this.model.forward(tensors, this.kv, this.eagerWorkspace());
-      const sampled = this.sample(batch.filter((e) => e.samples), logits);
-      return { batch, sampled: () => sampled };
+      logits = this.model.forward(tensors.step, this.kv, this.eagerWorkspace());
+      const pending = this.sample(sampling, logits, tensors);
+      return {
+        batch,
+        sampled: () => {
+          const t0 = performance.now();
+          const out = pending();
+          this.timing.eager.ms += performance.now() - t0;
+          return out;
+        },
+      };
     } finally {
-      tensors.dispose();
+      tensors.step.dispose();
       logits?.dispose();
     }
   }
 
   /**
-   * Undefined without limits to size it (a runner made without options allocates per
-   * step). Made again if the model's adapter pool changed (its rank-space buffer's width).
+   * The step's inputs on the device (three uploads that do not wait) and, where a row's
+   * token is unread, that token fed in from the id buffer.
    */
-  private eagerWorkspace(): Workspace | undefined {
+  private upload(s: EagerInput, sampling: readonly ScheduledSeq[]): EagerTensors {
+    const n = s.tokens.length, p = sampling.map((e) => e.seq.params);
+    // feedTokens writes a fed row's embedding-adapter row too: scratch where no adapter runs.
+    const rowSlots = s.lora?.rowSlots ?? (s.fromRows && new Int32Array(n));
+    const embedRows = s.lora?.embedRows ?? (s.fromRows && new Int32Array(n));
+    const arrays: Record<string, IntoDevice | undefined> = {
+      tokens: i32(s.tokens), positions: i32(s.positions), slots: i32(s.slots), queryStarts: i32(s.queryStarts),
+      contextLens: i32(s.contextLens), blockTables: i32(s.blockTables, [s.contextLens.length, s.maxBlocks]),
+      logitRows: i32(s.logitRows), rowSlots: rowSlots && i32(rowSlots), embedRows: embedRows && i32(embedRows),
+      logitSlots: s.lora && i32(s.lora.logitSlots), fromRows: s.fromRows && i32(s.fromRows),
+      topK: i32(Int32Array.from(p, (x) => x.topK)), steps: i32(Int32Array.from(sampling, (e) => e.seq.numOutputs)),
+      temperature: { dtype: 'f32', data: Float32Array.from(p, (x) => x.temperature) },
+      topP: { dtype: 'f32', data: Float32Array.from(p, (x) => x.topP) },
+      seeds: { dtype: 'i64', data: BigInt64Array.from(sampling, (e) => e.seq.seed) },
+    };
+    const names = Object.keys(arrays).filter((k) => arrays[k] !== undefined);
+    const views = this.uploads.upload(names.map((k) => arrays[k]!));
+    const v = Object.fromEntries(names.map((k, i) => [k, views[i]]));
+    if (v.fromRows) addon.feedTokens(v.tokens, v.embedRows, this.ids, v.fromRows, v.rowSlots, this.model.config.vocabSize);
+    const step: StepTensors = {
+      numTokens: n, tokens: v.tokens, positions: v.positions, slots: v.slots, queryStarts: v.queryStarts,
+      contextLens: v.contextLens, blockTables: v.blockTables, logitRows: v.logitRows,
+      lora: s.lora && { rowSlots: v.rowSlots, logitSlots: v.logitSlots, embedRows: v.embedRows },
+      dispose: () => views.forEach((t) => t.dispose()),
+    };
+    return { step, topK: v.topK, steps: v.steps, temperature: v.temperature, topP: v.topP, seeds: v.seeds };
+  }
+
+  /**
+   * Made again if the model's adapter pool changed (its rank-space buffer's width); the old
+   * one is freed in stream order, after the steps still running on it.
+   */
+  private eagerWorkspace(): Workspace {
     const o = this.options;
-    if (!o) return undefined;
     if (this.eagerWs && this.eagerWsLora !== this.model.lora) {
       this.eagerWs.dispose();
       this.eagerWs = undefined;
@@ -118,21 +181,26 @@ export class ModelRunner {
     return this.eagerWs;
   }
 
-  /** unread: the value of each unread token of the batch. */
-  private inputs(batch: readonly ScheduledSeq[], unread?: ReadonlyMap<Sequence, number>): StepInput {
+  /**
+   * The step's host arrays. unread: for each sequence whose token is unread, its row in the
+   * id buffer (the previous step's samples); that token is fed in on the device (fromRows).
+   */
+  private inputs(batch: readonly ScheduledSeq[], unread?: ReadonlyMap<Sequence, number>): EagerInput {
     const bs = this.kv.blockSize;
     const numTokens = batch.reduce((n, e) => n + e.count, 0);
     const maxBlocks = Math.max(1, ...batch.map((e) => e.seq.blocks.length));
-    const s: StepInput = {
+    const s: EagerInput = {
       tokens: new Int32Array(numTokens), positions: new Int32Array(numTokens), slots: new Int32Array(numTokens),
       queryStarts: new Int32Array(batch.length + 1), contextLens: new Int32Array(batch.length),
       blockTables: new Int32Array(batch.length * maxBlocks), maxBlocks,
       logitRows: new Int32Array(batch.filter((e) => e.samples).length),
     };
+    if (unread) s.fromRows = new Int32Array(numTokens).fill(-1);
     let t = 0, rows = 0;
     batch.forEach((e, i) => {
       for (let p = e.start; p < e.start + e.count; p++, t++) {
-        s.tokens[t] = p < e.seq.length - e.seq.unread ? e.seq.tokenAt(p) : unread!.get(e.seq)!;
+        if (p < e.seq.length - e.seq.unread) s.tokens[t] = e.seq.tokenAt(p);
+        else s.fromRows![t] = unread!.get(e.seq)!;
         s.positions[t] = p;
         s.slots[t] = e.seq.blocks[Math.floor(p / bs)] * bs + (p % bs);
       }
@@ -184,48 +252,65 @@ export class ModelRunner {
     });
   }
 
-  private sample(entries: readonly ScheduledSeq[], logits: Tensor): Sampled[] {
+  /**
+   * Enqueues sampling (and the logprobs asked for) into the id buffer and their copy to the
+   * host; returns what reads them.
+   */
+  private sample(entries: readonly ScheduledSeq[], logits: Tensor, inputs: EagerTensors): () => Sampled[] {
     const n = entries.length;
-    if (n === 0) return [];
-    const p = entries.map((e) => e.seq.params);
+    if (n === 0) return () => [];
     const owned: Tensor[] = [];
     const t = <T extends Tensor>(x: T): T => (owned.push(x), x);
     try {
       const device = this.model.placement.device;
+      const p = entries.map((e) => e.seq.params);
       const k = Math.max(-1, ...p.map((x) => x.logprobs ?? -1));
       // Logprobs are the model's, before the min_tokens mask (as vLLM's default raw logprobs):
       // where a row both masks and wants them, they come from a copy taken first.
       const raw = k >= 0 && entries.some((e) => this.masks(e)) ? t(logits.to(device)) : logits;
       this.maskStopTokens(entries, logits);
-      const ids = t(addon.empty('i32', [n], device));
-      addon.sample(
-        ids, logits,
-        t(addon.fromArray('f32', [n], Float32Array.from(p, (x) => x.temperature), device)),
-        t(addon.fromArray('i32', [n], Int32Array.from(p, (x) => x.topK), device)),
-        t(addon.fromArray('f32', [n], Float32Array.from(p, (x) => x.topP), device)),
-        t(addon.fromArray('i64', [n], BigInt64Array.from(entries, (e) => e.seq.seed), device)),
-        t(addon.fromArray('i32', [n], Int32Array.from(entries, (e) => e.seq.numOutputs), device)),
-      );
-      const chosen = ids.toArray() as Int32Array;
-      if (k < 0) return Array.from(chosen, (tokenId) => ({ tokenId }));
+      const ids = t(this.ids.narrow(0, n));
+      addon.sample(ids, logits, inputs.temperature, inputs.topK, inputs.topP, inputs.seeds, inputs.steps);
+      if (k < 0) {
+        const pending = this.readback.send([ids]);
+        return () => Array.from(pending.read()[0] as Int32Array, (tokenId) => ({ tokenId }));
+      }
       const lp = t(addon.empty('f32', [n], device)), topIds = t(addon.empty('i32', [n, k], device)), topLp = t(addon.empty('f32', [n, k], device));
       addon.logprobs(lp, topIds, topLp, raw, ids);
-      const lpa = lp.toArray() as Float32Array, tia = topIds.toArray() as Int32Array, tla = topLp.toArray() as Float32Array;
-      return Array.from(chosen, (tokenId, r) => {
-        const want = p[r].logprobs;
-        if (want === null) return { tokenId };
-        const top = Array.from({ length: want }, (_, j): [number, number] => [tia[r * k + j], tla[r * k + j]]);
-        return { tokenId, logprob: { tokenId, logprob: lpa[r], top } };
-      });
+      const pending = this.readback.send([ids, lp, topIds, topLp]);
+      return () => {
+        const [chosen, lpa, tia, tla] = pending.read() as [Int32Array, Float32Array, Int32Array, Float32Array];
+        return Array.from(chosen, (tokenId, r) => {
+          const want = p[r].logprobs;
+          if (want === null) return { tokenId };
+          const top = Array.from({ length: want }, (_, j): [number, number] => [tia[r * k + j], tla[r * k + j]]);
+          return { tokenId, logprob: { tokenId, logprob: lpa[r], top } };
+        });
+      };
     } finally {
       owned.forEach((x) => x.dispose());
     }
   }
 }
 
-/** The value of each unread token of the batch, from prev's samples (every unread token is one of prev's). */
-function unreadTokens(batch: readonly ScheduledSeq[], prev?: Launched): Map<Sequence, number> | undefined {
+/** An eager step's host arrays; fromRows: each token row's row in the id buffer where its token is unread, else -1. */
+type EagerInput = StepInput & { fromRows?: Int32Array };
+
+/** The device side of an eager step's inputs: the forward pass's and the sampler's. */
+interface EagerTensors {
+  step: StepTensors;
+  topK: Tensor;
+  steps: Tensor;
+  temperature: Tensor;
+  topP: Tensor;
+  seeds: Tensor;
+}
+
+const i32 = (data: Int32Array, shape?: number[]): IntoDevice => ({ dtype: 'i32', data, shape });
+
+/** Each unread token's row among prev's samples (every unread token is one of prev's). */
+function unreadRows(batch: readonly ScheduledSeq[], prev?: Launched): Map<Sequence, number> | undefined {
   if (!batch.some((e) => e.seq.unread > 0)) return undefined;
   if (!prev) throw new Error('model runner: a token is unread but no previous step was given');
-  return tokensOf(prev);
+  return sampleRows(prev);
 }

@@ -162,6 +162,20 @@ function generate(e: Engine, reqs: Req[]): Record<string, number[]> {
   return Object.fromEntries(reqs.map((r) => [r.id, out.get(r.id)!.tokens]));
 }
 
+/** Each request's tokens and, where it asked for them, their logprobs. */
+function generateWithLogprobs(e: Engine, reqs: Req[]): Record<string, { tokens: number[]; logprobs: unknown[] }> {
+  for (const r of reqs) e.add({ id: r.id, promptIds: r.prompt, params: r.params, adapter: r.adapter });
+  const out: Record<string, { tokens: number[]; logprobs: unknown[] }> = {};
+  while (e.hasWork()) {
+    for (const o of e.step()) {
+      const r = (out[o.id] ??= { tokens: [], logprobs: [] });
+      r.tokens.push(...o.newTokenIds);
+      r.logprobs.push(...(o.logprobs ?? []));
+    }
+  }
+  return out;
+}
+
 const sampled = (maxTokens: number, seed: number): SamplingParams => greedy(maxTokens, { temperature: 0.8, topK: 20, topP: 0.9, seed });
 
 describeGpu('decode steps as CUDA graphs', () => {
@@ -177,6 +191,14 @@ describeGpu('decode steps as CUDA graphs', () => {
         label: 'E: 8 rows ending one by one (buckets 8, 4, 2, 1)',
         rows: [undefined, n[0], n[1], n[2], n[3], n[4], n[0], n[1]].map((a, i) => [a, i === 5 ? sampled(2 + i, 5) : greedy(2 + i)]),
       },
+      {
+        // Rows with logprobs or under min_tokens make their steps eager (not graphs).
+        label: 'F: logprobs and min_tokens rows beside graph-eligible ones',
+        rows: [
+          [undefined, greedy(6, { logprobs: 2 })], [n[0], greedy(7, { minTokens: 5, logprobs: 0 })], [n[1], greedy(9)],
+          [undefined, sampled(8, 7)],
+        ],
+      },
     ];
     const lengths = [3, 17, 9, 1, 30, 12, 5, 40];
     const reqsOf = (p: number) => phases[p].rows.map(([adapter, params], i): Req => ({
@@ -185,19 +207,22 @@ describeGpu('decode steps as CUDA graphs', () => {
 
     for (const act of ['bf16', 'f32'] as const) {
       it(`${modelName}, ${act}: the eager engine's tokens; one capture per bucket serves every adapter mix`, async () => {
-        const eager = await start(modelName, act, false);
-        const graphs = await start(modelName, act, true);  // overlapped steps: on by default with graphs
+        const eagerSync = await start(modelName, act, false, { overlapSteps: false });
+        const eager = await start(modelName, act, false);  // overlapped steps: on by default on cuda
+        const graphs = await start(modelName, act, true);
         const sync = await start(modelName, act, true, { overlapSteps: false });
         expect(eager.e.graphStats()).toBeUndefined();
         const capturesAfter: number[] = [];
         for (let p = 0; p < phases.length; p++) {
-          const want = generate(eager.e, reqsOf(p));
-          const got = generate(graphs.e, reqsOf(p));
-          expect(got, phases[p].label).toEqual(want);
-          expect(generate(sync.e, reqsOf(p)), `${phases[p].label}, steps not overlapped`).toEqual(want);
+          const want = generateWithLogprobs(eagerSync.e, reqsOf(p));
+          expect(generateWithLogprobs(eager.e, reqsOf(p)), `${phases[p].label}, eager steps overlapped`).toEqual(want);
+          expect(generateWithLogprobs(graphs.e, reqsOf(p)), phases[p].label).toEqual(want);
+          expect(generateWithLogprobs(sync.e, reqsOf(p)), `${phases[p].label}, steps not overlapped`).toEqual(want);
           capturesAfter.push(graphs.e.graphStats()!.captures);
         }
+        expect(Object.values(generateWithLogprobs(eagerSync.e, reqsOf(5))).filter((r) => r.logprobs.length > 0).length).toBe(2);
         sync.close();
+        eagerSync.close();
         const s = graphs.e.graphStats()!;
         console.log(`${modelName} ${act}: ${JSON.stringify(s)}`);
         expect(s.failures).toBe(0);
