@@ -32,9 +32,10 @@ struct PrefillArgs {
   int numSeqs;
   int64_t maxBlocks, numBlocks;
   int blockSize;
+  int blockShift;  // log2(blockSize) where it is a power of two, else -1
   int numHeads, numKvHeads;
   int64_t rowWidth;
-  float scale;
+  float scaleLog2;  // the softmax scale times log2(e): exp2 of scaled scores is e^(scale · q·k)
 };
 
 __device__ __forceinline__ uint32_t pack(float lo, float hi) {
@@ -80,8 +81,10 @@ __device__ __forceinline__ bool tileOf(const PrefillArgs& p, int& seq, int64_t& 
   return false;
 }
 
+// Three blocks an SM (168 registers a thread; left to itself the compiler takes 177, and
+// only two fit).
 template <int HD>
-__global__ __launch_bounds__(kThreads) void prefillKernel(PrefillArgs p) {
+__global__ __launch_bounds__(kThreads, 3) void prefillKernel(PrefillArgs p) {
   awaitPrior();
   constexpr int kStride = HD + 8;  // smem row pitch (elements): 16-byte rows, no bank conflicts
   constexpr int kSteps = HD / 16;  // k-steps of Q·Kᵀ
@@ -123,34 +126,46 @@ __global__ __launch_bounds__(kThreads) void prefillKernel(PrefillArgs p) {
   const int32_t* table = p.tables + int64_t(seq) * p.maxBlocks;
   const int64_t kvWidth = int64_t(p.numKvHeads) * HD;
 
+  // A thread loads the same 16-byte column of rows row0, row0 + kRowStep, ... of each tile.
+  constexpr int kLanesPerRow = HD / 8, kRowStep = kThreads / kLanesPerRow;
+  const int row0 = threadIdx.x / kLanesPerRow, col = (threadIdx.x % kLanesPerRow) * 8;
+  const bf16* kHead = p.k + int64_t(kvh) * HD + col;
+  const bf16* vHead = p.v + int64_t(kvh) * HD + col;
   for (int64_t n0 = 0; n0 < keyEnd; n0 += kKeys) {
-    // Load the tile: kKeys rows × HD / 8 chunks of 16 bytes for each of K and V.
-    constexpr int kChunks = kKeys * HD / 8;
-    for (int c = threadIdx.x; c < kChunks; c += kThreads) {
-      const int row = c / (HD / 8), col = (c % (HD / 8)) * 8;
-      const int64_t key = n0 + row;
+    // Load the tile: kKeys rows × HD / 8 chunks of 16 bytes for each of K and V. (Keys fit
+    // 32 bits: a 64-bit division per row was most of the kernel's integer work.)
+#pragma unroll
+    for (int row = row0; row < kKeys; row += kRowStep) {
+      const int key = int(n0) + row;
       int64_t slot = -1;
       if (key < keyEnd) {
-        const int32_t b = table[key / p.blockSize];
-        if (b >= 0 && b < p.numBlocks) slot = int64_t(b) * p.blockSize + key % p.blockSize;
+        const int blk = p.blockShift >= 0 ? key >> p.blockShift : key / p.blockSize;
+        const int off = p.blockShift >= 0 ? key & (p.blockSize - 1) : key - blk * p.blockSize;
+        const int32_t b = table[blk];
+        if (b >= 0 && b < p.numBlocks) slot = int64_t(b) * p.blockSize + off;
       }
-      const int64_t at = (slot < 0 ? 0 : slot) * kvWidth + int64_t(kvh) * HD + col;
-      copy16(sK + row * kStride + col, p.k + at, slot >= 0);
-      copy16(sV + row * kStride + col, p.v + at, slot >= 0);
+      const int64_t at = (slot < 0 ? 0 : slot) * kvWidth;
+      copy16(sK + row * kStride + col, kHead + at, slot >= 0);
+      copy16(sV + row * kStride + col, vHead + at, slot >= 0);
     }
     asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
     __syncthreads();
 
-    // S = Q·Kᵀ for this warp's 16 rows and the tile's keys: 8-key column tiles.
+    // S = Q·Kᵀ for this warp's 16 rows and the tile's keys: 8-key column tiles, K's B
+    // fragments two k-steps to an ldmatrix (lanes 8j..8j+7 address matrix j's rows: key
+    // nt * 8 + lane % 8, dims st * 16 + 8j).
     float s[kKeys / 8][4] = {};
 #pragma unroll
     for (int nt = 0; nt < kKeys / 8; ++nt) {
-      const bf16* kr = sK + (nt * 8 + quad) * kStride + pair;
+      const bf16* kr = sK + (nt * 8 + lane % 8) * kStride + (lane / 8) * 8;
 #pragma unroll
-      for (int st = 0; st < kSteps; ++st) {
-        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(kr + st * 16);
-        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(kr + st * 16 + 8);
-        mma(s[nt], qa[st], b0, b1);
+      for (int st = 0; st < kSteps; st += 2) {
+        uint32_t b[4];
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+                     : "r"(unsigned(__cvta_generic_to_shared(kr + st * 16))));
+        mma(s[nt], qa[st], b[0], b[1]);
+        mma(s[nt], qa[st + 1], b[2], b[3]);
       }
     }
     // Scale, mask (key after the row's position, or past the keys), and the new row maxima.
@@ -163,7 +178,7 @@ __global__ __launch_bounds__(kThreads) void prefillKernel(PrefillArgs p) {
         const int64_t key = n0 + nt * 8 + pair + (e & 1);
         const int64_t pos = e < 2 ? pos0 : pos1;
         const bool live = e < 2 ? live0 : live1;
-        float x = s[nt][e] * p.scale;
+        float x = s[nt][e] * p.scaleLog2;
         if (!whole && (!live || key > pos || key >= keyEnd)) x = -INFINITY;
         s[nt][e] = x;
         if (e < 2) t0 = fmaxf(t0, x);
@@ -177,7 +192,7 @@ __global__ __launch_bounds__(kThreads) void prefillKernel(PrefillArgs p) {
     t1 = fmaxf(t1, __shfl_xor_sync(0xffffffffu, t1, 2));
     // A row that has seen no key yet keeps max -inf: subtract 0 instead (its weights are 0).
     const float base0 = t0 == -INFINITY ? 0 : t0, base1 = t1 == -INFINITY ? 0 : t1;
-    const float keep0 = expf(m0 - base0), keep1 = expf(m1 - base1);
+    const float keep0 = exp2f(m0 - base0), keep1 = exp2f(m1 - base1);
     m0 = t0;
     m1 = t1;
     l0 *= keep0;
@@ -196,8 +211,8 @@ __global__ __launch_bounds__(kThreads) void prefillKernel(PrefillArgs p) {
     uint32_t hi[kKeys / 16][4], lo[kKeys / 16][4];
 #pragma unroll
     for (int nt = 0; nt < kKeys / 8; ++nt) {
-      const float e0 = expf(s[nt][0] - base0), e1 = expf(s[nt][1] - base0);
-      const float e2 = expf(s[nt][2] - base1), e3 = expf(s[nt][3] - base1);
+      const float e0 = exp2f(s[nt][0] - base0), e1 = exp2f(s[nt][1] - base0);
+      const float e2 = exp2f(s[nt][2] - base1), e3 = exp2f(s[nt][3] - base1);
       l0 += e0 + e1;
       l1 += e2 + e3;
       const int st = nt / 2, j = (nt % 2) * 2;
@@ -229,8 +244,8 @@ __global__ __launch_bounds__(kThreads) void prefillKernel(PrefillArgs p) {
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  // As the other kernels and the CPU: scaled scores, expf, O / l (every rounding step alike
-  // keeps the bf16 model's greedy tokens where they were).
+  // O / l as the other kernels and the CPU (the weights come from exp2 of scores scaled by
+  // scale · log2(e), which differs from their expf of scale · q·k by float rounding only).
   auto div = [](float x, float l) { return l > 0 ? x / l : 0.0f; };
   const int64_t outWidth = int64_t(p.numHeads) * HD;
   bf16* out = p.out + (q0 + r0) * outWidth + int64_t(h) * HD + pair;
@@ -254,12 +269,21 @@ bool prefillOnTensorCores(DType act, DType cache, int headDim, int64_t numTokens
          numTokens >= kMinMeanQuery * numSeqs && aligned;
 }
 
+namespace {
+int blockShift(int64_t blockSize) {
+  for (int s = 0; s < 31; ++s)
+    if (int64_t(1) << s == blockSize) return s;
+  return -1;
+}
+}  // namespace
+
 void prefillAttention(void* out, const void* qkv, KvCache c, const int32_t* blockTables, int64_t maxBlocks,
                       const int32_t* queryStarts, const int32_t* contextLens, int64_t numSeqs, int64_t numTokens,
                       HeadLayout l, float scale) {
   PrefillArgs a{static_cast<bf16*>(out), static_cast<const bf16*>(qkv), static_cast<const bf16*>(c.k),
                 static_cast<const bf16*>(c.v), blockTables, queryStarts, contextLens, int(numSeqs), maxBlocks,
-                c.numBlocks, int(c.blockSize), l.numHeads, l.numKvHeads, l.rowWidth(), scale};
+                c.numBlocks, int(c.blockSize), blockShift(c.blockSize), l.numHeads, l.numKvHeads, l.rowWidth(),
+                scale * 1.4426950408889634f};
   // Enough tiles for any split of the tokens over the sequences; the extra blocks exit.
   const dim3 grid{unsigned((numTokens + kRows - 1) / kRows + numSeqs), unsigned(l.numHeads)};
   if (l.headDim == 64) launch("pagedAttention prefill kernel", prefillKernel<64>, grid, kThreads, 0, a);
