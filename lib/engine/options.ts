@@ -24,7 +24,7 @@ export interface EngineOptions {
   onProgress?: (message: string) => void;
   /** Decode steps as replayed CUDA graphs on cuda (default true; MSTAR_CUDA_GRAPHS=0 turns them off). */
   cudaGraphs?: boolean;
-  /** Steps enqueued before the previous one's samples are read (default: on cuda; MSTAR_OVERLAP=0 turns it off). */
+  /** Decode steps enqueued before the previous one's samples are read (default: on cuda; MSTAR_OVERLAP=0 turns it off). */
   overlapSteps?: boolean;
 }
 
@@ -55,7 +55,7 @@ export function cudaGraphsSetting(option: boolean | undefined, env: NodeJS.Proce
 }
 
 /**
- * Whether the engine enqueues each step before it reads the previous one's samples
+ * Whether the engine enqueues each decode step before it reads the previous one's samples
  * (Engine): MSTAR_OVERLAP=0 turns it off whatever the option says; otherwise the option,
  * by default on wherever the model is on cuda (on the cpu every op runs as it is called,
  * so there is nothing to overlap).

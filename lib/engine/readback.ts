@@ -40,8 +40,10 @@ export class Readback {
       if (counts[i] === 0) return;  // (logprobs with no top entries)
       let host = turn.hosts[i];
       if (!host || host.dtype !== t.dtype || host.shape[0] < counts[i]) {
+        // Grown by doubling: pinned memory is slow to get and to give back.
+        const size = Math.max(counts[i], 2 * (host?.shape[0] ?? 0), 256);
         host?.dispose();
-        host = turn.hosts[i] = addon.pinnedEmpty(t.dtype, [Math.max(counts[i], 64)]);
+        host = turn.hosts[i] = addon.pinnedEmpty(t.dtype, [size]);
       }
       const src = t.view([counts[i]]), dst = host.narrow(0, counts[i]);
       try {

@@ -15,13 +15,13 @@ function alone(p: number[], maxTokens: number): number[] {
 }
 
 describe('overlapped steps', () => {
-  it('a step gives its tokens in the step after it, and no step runs past max_tokens', () => {
+  it('a decode step gives its tokens in the step after it, and no step runs past max_tokens', () => {
     const e = engine({ overlapSteps: true });
     e.add({ id: 'a', promptIds: p1, params: greedy(4) });
     const tokens = (outs: { newTokenIds: number[] }[]) => outs.flatMap((o) => o.newTokenIds);
     const want = alone(p1, 4);
-    expect(tokens(e.step())).toEqual([]);  // prefill enqueued, nothing to read before it
-    expect(tokens(e.step())).toEqual(want.slice(0, 1));  // decode step 1 enqueued, the prefill read
+    expect(tokens(e.step())).toEqual(want.slice(0, 1));  // prefill: run and read at once
+    expect(tokens(e.step())).toEqual([]);  // decode step 1 enqueued, nothing to read before it
     expect(tokens(e.step())).toEqual(want.slice(1, 2));  // step 2 enqueued, step 1 read
     expect(tokens(e.step())).toEqual(want.slice(2, 3));
     // The last token is unread but surely the last: no step is scheduled after it.
