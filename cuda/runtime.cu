@@ -327,10 +327,12 @@ void* Staging::reserve(size_t bytes) {
     done_ = e;
   }
   if (capacity_ < bytes) {
+    // Doubling: eager steps upload a little more now and then, and each new pinned buffer
+    // (and cudaFreeHost of the old one) costs far more than the copy.
+    const size_t want = std::max<size_t>({bytes, 256, 2 * capacity_});
     if (pinned_ && cudaFreeHost(pinned_) != cudaSuccess) cudaGetLastError();
     pinned_ = nullptr;
     capacity_ = 0;
-    size_t want = std::max<size_t>(bytes, 256);
     check(cudaMallocHost(&pinned_, want), "cudaMallocHost");
     capacity_ = want;
   }
