@@ -47,9 +47,12 @@ class Pool {
       ++generation_;
     }
     wake_.notify_all();
-    work();
+    work(fn, n, chunks);
+    // Every chunk done, and every worker out of work(): one still inside could otherwise
+    // take its next index from the run after this one (next_ reset, chunks_ larger) and
+    // run a chunk twice (pending_ would never reach 0 again) or call a finished fn.
     std::unique_lock<std::mutex> lock(mu_);
-    done_.wait(lock, [this] { return pending_ == 0; });
+    done_.wait(lock, [this] { return pending_ == 0 && active_ == 0; });
     fn_ = nullptr;
   }
 
@@ -58,18 +61,19 @@ class Pool {
   std::vector<std::thread> workers_;
   std::mutex turn_, mu_;
   std::condition_variable wake_, done_;
-  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
+  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;  // the run's, set and cleared under mu_
   int64_t n_ = 0, chunks_ = 0, pending_ = 0;
+  int active_ = 0;  // workers inside work() for the current run
   std::atomic<int64_t> next_{0};
   uint64_t generation_ = 0;
   bool stop_ = false;
 
-  // Claims chunks until none are left; returns after finishing its share.
-  void work() {
+  // Claims chunks of the run (fn, n, chunks) until none are left; returns after finishing
+  // its share.
+  void work(const std::function<void(int64_t, int64_t)>& fn, int64_t n, int64_t chunks) {
     int64_t finished = 0;
-    for (int64_t c; (c = next_.fetch_add(1)) < chunks_;) {
-      int64_t begin = n_ * c / chunks_, end = n_ * (c + 1) / chunks_;
-      (*fn_)(begin, end);
+    for (int64_t c; (c = next_.fetch_add(1)) < chunks;) {
+      fn(n * c / chunks, n * (c + 1) / chunks);
       ++finished;
     }
     if (finished) {
@@ -82,13 +86,22 @@ class Pool {
   void loop() {
     uint64_t seen = 0;
     for (;;) {
+      const std::function<void(int64_t, int64_t)>* fn;
+      int64_t n, chunks;
       {
         std::unique_lock<std::mutex> lock(mu_);
         wake_.wait(lock, [&] { return stop_ || (generation_ != seen && fn_ != nullptr); });
         if (stop_) return;
         seen = generation_;
+        fn = fn_;
+        n = n_;
+        chunks = chunks_;
+        ++active_;
       }
-      work();
+      work(*fn, n, chunks);
+      std::lock_guard<std::mutex> lock(mu_);
+      --active_;
+      if (active_ == 0 && pending_ == 0) done_.notify_all();
     }
   }
 };
