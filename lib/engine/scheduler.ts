@@ -158,9 +158,14 @@ export class Scheduler {
     return { seq, start: seq.numComputed, count, samples: seq.numComputed + count === seq.length };
   }
 
-  /** Reserves blocks for seq's next `count` tokens, preempting the newest runners if needed. */
+  /**
+   * Reserves blocks for seq's next `count` tokens: paused sequences give up their KV first
+   * (newest first), then the newest runners are preempted. (Without the first, a long
+   * prefill that paused KV left no room for preempted itself at every try, forever.)
+   */
   private reserveOrPreempt(seq: Sequence, count: number): boolean {
     while (!this.blocks.reserve(seq, seq.numComputed + count)) {
+      if (this.dropPausedKv(seq)) continue;
       const victim = this.running[this.running.length - 1];
       this.preempt(victim);
       if (victim === seq) return false;

@@ -1,4 +1,5 @@
-// The scheduler with overlapped steps: a row after a token not read yet is speculative.
+// The scheduler: with overlapped steps a row after a token not read yet is speculative;
+// paused sequences' KV goes before any runner is preempted.
 import { describe, expect, it } from 'vitest';
 
 import { BlockManager } from '../../lib/engine/block_manager.js';
@@ -52,5 +53,35 @@ describe('scheduler, overlapped steps', () => {
     seq.numComputed = 4;
     seq.unread = 1;  // its one token (max_tokens 1), not read yet
     expect(s.schedule()).toEqual([]);
+  });
+});
+
+describe('scheduler, paused sequences', () => {
+  it("a runner short of blocks takes a paused sequence's KV before preempting anyone (itself included)", () => {
+    // Blocks of 4, 4 in all. p's 8-token prompt (2 blocks) is computed, then p is paused
+    // holding them; r's 12-token prompt runs in 4-token chunks and needs 3 blocks.
+    const blocks = new BlockManager(4, 4, false);
+    const s = new Scheduler(blocks, { maxBatchSize: 8, maxNumBatchedTokens: 4, maxModelLen: 64 });
+    const p = new Sequence('p', [1, 2, 3, 4, 5, 6, 7, 8], greedy(4), 0);
+    s.add(p);
+    s.schedule();
+    p.numComputed = 4;
+    s.schedule();
+    p.numComputed = 8;
+    p.outputIds.push(9);
+    expect(s.pause((seq) => seq === p)).toBe(1);
+    expect(p.blocks).toHaveLength(2);
+    const r = new Sequence('r', [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12], greedy(4), 1);
+    s.waiting.unshift(r);  // r is admitted ahead of p
+    for (let chunk = 0; chunk < 3; chunk++) {
+      const batch = s.schedule();
+      expect(batch.map((e) => [e.seq.id, e.start, e.count])).toEqual([['r', 4 * chunk, 4]]);
+      r.numComputed += 4;
+    }
+    // r's third block came from p, the only one it could have come from.
+    expect(r.blocks).toHaveLength(3);
+    expect(p.blocks).toHaveLength(0);
+    expect(p.numComputed).toBe(0);
+    expect(s.running).toEqual([r]);
   });
 });
