@@ -200,7 +200,7 @@ export class ModelRunner {
     batch.forEach((e, i) => {
       for (let p = e.start; p < e.start + e.count; p++, t++) {
         if (p < e.seq.length - e.seq.unread) s.tokens[t] = e.seq.tokenAt(p);
-        else s.fromRows![t] = unread!.get(e.seq)!;
+        else s.fromRows![t] = rowOf(unread!, e.seq);
         s.positions[t] = p;
         s.slots[t] = e.seq.blocks[Math.floor(p / bs)] * bs + (p % bs);
       }
@@ -307,6 +307,13 @@ interface EagerTensors {
 }
 
 const i32 = (data: Int32Array, shape?: number[]): IntoDevice => ({ dtype: 'i32', data, shape });
+
+/** The row of seq's unread token among the previous step's samples. */
+function rowOf(unread: ReadonlyMap<Sequence, number>, seq: Sequence): number {
+  const row = unread.get(seq);
+  if (row === undefined) throw new Error(`model runner: the token of sequence ${seq.id} is not read and has no row`);
+  return row;
+}
 
 /** Each unread token's row among prev's samples (every unread token is one of prev's). */
 function unreadRows(batch: readonly ScheduledSeq[], prev?: Launched): Map<Sequence, number> | undefined {
