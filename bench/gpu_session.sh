@@ -35,7 +35,7 @@ rm -rf "$model"
 node dist/lib/cli/main.js synth --preset "$preset" --out "$model" --adapters 3 --rank 16 >/dev/null
 sed -i 's/slots: 3/slots: 2/' "$model/serve.yaml"  # churn: 3 adapters over 2 slots
 MSTAR_PROFILE=1 node dist/lib/cli/main.js bench --serve "$model/serve.yaml" --concurrency 1,8,32,64 --prompt-len 128 --output-len 64 \
-  --mix base,one,churn --rounds "${ROUNDS:-2}" --roofline --prefill 4096 --json "$out/bench.json" --svg "$out/bench.svg" 2>&1 | tee "$out/bench.log" | grep -v "^lora-\(on\|off\) .* c=" | tail -40
+  --mix base,one,churn --rounds "${ROUNDS:-2}" --roofline --prefill 4096 --json "$out/bench.json" --svg "$out/bench.svg" 2>&1 | tee "$out/bench.log" | grep -vE "^lora-(on|off) [a-z]+ c=[0-9]+( round [0-9/]+)?:" | tail -40
 
 if [ "${NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
   # Eager steps (graphs off), LoRA on, one adapter: 600 kernels from the middle of decoding
