@@ -12,7 +12,7 @@ import { Engine, type EngineLimits } from '../../lib/engine/engine.js';
 import type { SamplingParams } from '../../lib/engine/types.js';
 import { ALL_TARGETS } from '../../lib/lora/adapter.js';
 import { cudaPlacement, loadModel, type Model } from '../../lib/models/index.js';
-import { greedy, prompts, runAll } from '../engine/helpers.js';
+import { greedy, prompts } from '../engine/helpers.js';
 import { FIXTURES, readParityFixture } from '../parity/fixture.js';
 import { addon, describeGpu } from './helpers.js';
 
@@ -157,9 +157,7 @@ async function start(modelName: string, act: 'f32' | 'bf16', cudaGraphs: boolean
 interface Req { id: string; prompt: number[]; adapter?: string; params: SamplingParams }
 
 function generate(e: Engine, reqs: Req[]): Record<string, number[]> {
-  for (const r of reqs) e.add({ id: r.id, promptIds: r.prompt, params: r.params, adapter: r.adapter });
-  const out = runAll(e);
-  return Object.fromEntries(reqs.map((r) => [r.id, out.get(r.id)!.tokens]));
+  return Object.fromEntries(Object.entries(generateWithLogprobs(e, reqs)).map(([id, r]) => [id, r.tokens]));
 }
 
 /** Each request's tokens and, where it asked for them, their logprobs. */
