@@ -23,10 +23,9 @@ import type { KvCache, Model, StepTensors } from '../models/index.js';
 import { Workspace } from '../models/workspace.js';
 import type { SlotWeights } from '../lora/slot_weights.js';
 import { bucketFor, DecodeInputs, graphBuckets, graphIneligible, tableWidth } from './graph_inputs.js';
-import { sampleRows, type Launched, type Sampled } from './launched.js';
+import { unreadRows, type Launched, type Sampled } from './launched.js';
 import type { Pending, Readback } from './readback.js';
 import type { ScheduledSeq } from './scheduler.js';
-import type { Sequence } from './sequence.js';
 
 export interface GraphRunnerOptions {
   maxBatchSize: number;
@@ -143,7 +142,7 @@ export class GraphRunner {
     if (why !== undefined) throw new Error(`graph runner: this step cannot replay a graph (${why})`);
     const s = this.ensureStatics();
     const bucket = bucketFor(this.buckets, batch.length)!;
-    const adapters = this.host.fill(batch, bucket, this.options.blockSize, this.model.config.vocabSize, this.unreadFrom(batch, prev));
+    const adapters = this.host.fill(batch, bucket, this.options.blockSize, this.model.config.vocabSize, unreadRows(batch, prev));
     const withLora = adapters && s.lora !== undefined;
     const v = this.viewsFor(bucket);
     this.upload(v, bucket);
@@ -184,13 +183,6 @@ export class GraphRunner {
       }
     }
     return this.stats.captures - before;
-  }
-
-  /** Each unread token's row among prev's samples, in the id buffer. */
-  private unreadFrom(batch: readonly ScheduledSeq[], prev?: Launched): Map<Sequence, number> | undefined {
-    if (!batch.some((e) => e.seq.unread > 0)) return undefined;
-    if (!prev) throw new Error('graph runner: a token is unread but no previous step was given');
-    return sampleRows(prev);
   }
 
   dispose(): void {

@@ -16,9 +16,12 @@ export interface Launched {
 }
 
 /**
- * Each sampling sequence's row among a launched step's samples: where its token is in the
- * id buffer the step leaves on the device (the host need not have read it).
+ * Where each unread token of the batch is: its sequence's row among the samples of `prev`,
+ * the step launched just before (every unread token is one of its), in the id buffer that
+ * step leaves on the device. Undefined when the batch has no unread token.
  */
-export function sampleRows(launched: Launched): Map<Sequence, number> {
-  return new Map(launched.batch.filter((e) => e.samples).map((e, row) => [e.seq, row]));
+export function unreadRows(batch: readonly ScheduledSeq[], prev?: Launched): Map<Sequence, number> | undefined {
+  if (!batch.some((e) => e.seq.unread > 0)) return undefined;
+  if (!prev) throw new Error('a token is unread but no previous step was given');
+  return new Map(prev.batch.filter((e) => e.samples).map((e, row) => [e.seq, row]));
 }

@@ -10,7 +10,7 @@ import type { KvCache, Model, StepInput, StepTensors } from '../models/index.js'
 import { Workspace } from '../models/workspace.js';
 import type { SlotWeights } from '../lora/slot_weights.js';
 import { GraphRunner, type GraphRunnerOptions, type GraphStats } from './graph_runner.js';
-import { sampleRows, type Launched, type Sampled } from './launched.js';
+import { unreadRows, type Launched, type Sampled } from './launched.js';
 import { Readback } from './readback.js';
 import type { ScheduledSeq } from './scheduler.js';
 import type { Sequence } from './sequence.js';
@@ -313,11 +313,4 @@ function rowOf(unread: ReadonlyMap<Sequence, number>, seq: Sequence): number {
   const row = unread.get(seq);
   if (row === undefined) throw new Error(`model runner: the token of sequence ${seq.id} is not read and has no row`);
   return row;
-}
-
-/** Each unread token's row among prev's samples (every unread token is one of prev's). */
-function unreadRows(batch: readonly ScheduledSeq[], prev?: Launched): Map<Sequence, number> | undefined {
-  if (!batch.some((e) => e.seq.unread > 0)) return undefined;
-  if (!prev) throw new Error('model runner: a token is unread but no previous step was given');
-  return sampleRows(prev);
 }
