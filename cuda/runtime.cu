@@ -308,6 +308,15 @@ void Fence::wait() {
   if (recorded_) check(cudaEventSynchronize(static_cast<cudaEvent_t>(event_)), "cudaEventSynchronize");
 }
 
+bool Fence::done() {
+  requireNotCapturing("querying a fence");
+  if (!recorded_) return true;
+  const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event_));
+  if (e == cudaErrorNotReady) return false;
+  check(e, "cudaEventQuery");
+  return true;
+}
+
 Fence::~Fence() {
   cudaEvent_t e = static_cast<cudaEvent_t>(event_);
   if (e) runOrDefer([e] { if (cudaEventDestroy(e) != cudaSuccess) cudaGetLastError(); });

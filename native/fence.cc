@@ -1,7 +1,8 @@
 // The JS face of fences (gpu::Fence): fence() makes one; fence.record() marks the ops
 // enqueued on the stream so far and returns at once; fence.wait() returns once they ran
-// (at once if never recorded). With tensor.copyToAsync(pinned), a step's results come back
-// while the host already enqueues the next step.
+// (at once if never recorded); fence.done() says whether they ran, without waiting. With
+// tensor.copyToAsync(pinned), a step's results come back while the host already enqueues
+// the next step, and the engine thread polls for them instead of blocking.
 #include "fence.h"
 
 #include <memory>
@@ -18,6 +19,7 @@ class Fence : public Napi::ObjectWrap<Fence> {
     return DefineClass(env, "Fence", {
       InstanceMethod<&Fence::Record>("record"),
       InstanceMethod<&Fence::Wait>("wait"),
+      InstanceMethod<&Fence::Done>("done"),
       InstanceMethod<&Fence::Dispose>("dispose"),
     });
   }
@@ -40,6 +42,12 @@ class Fence : public Napi::ObjectWrap<Fence> {
     gpu::Fence& f = live(info.Env());
     withErrors(info.Env(), "fence.wait", [&] { f.wait(); });
     return info.Env().Undefined();
+  }
+  Napi::Value Done(const Napi::CallbackInfo& info) {
+    gpu::Fence& f = live(info.Env());
+    bool done = false;
+    withErrors(info.Env(), "fence.done", [&] { done = f.done(); });
+    return Napi::Boolean::New(info.Env(), done);
   }
   Napi::Value Dispose(const Napi::CallbackInfo& info) {
     fence_.reset();

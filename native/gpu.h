@@ -93,7 +93,8 @@ class Staging {
 };
 
 // A marker in the stream (a CUDA event): record() marks the ops enqueued so far, wait()
-// returns once they ran. Neither may be called while a graph is being captured.
+// returns once they ran, done() says whether they have without waiting. None may be called
+// while a graph is being captured.
 class Fence {
  public:
   Fence() = default;
@@ -102,6 +103,7 @@ class Fence {
   Fence& operator=(const Fence&) = delete;
   void record();
   void wait();  // returns at once if never recorded
+  bool done();  // true if never recorded
 
  private:
   void* event_ = nullptr;  // cudaEvent_t

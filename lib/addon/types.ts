@@ -46,6 +46,8 @@ export interface Fence {
   record(): void;
   /** Returns once the ops marked by the last record() ran (at once if never recorded). */
   wait(): void;
+  /** Whether the ops marked by the last record() ran, without waiting (true if never recorded). */
+  done(): boolean;
   dispose(): void;
 }
 

@@ -75,10 +75,13 @@ export class BlockManager {
     return true;
   }
 
-  /** Registers the sequence's newly full blocks so later requests can share them. */
+  /**
+   * Registers the sequence's newly full blocks so later requests can share them: blocks
+   * computed whose tokens the host has read (an unread token waits for its read).
+   */
   registerFull(seq: Sequence, salt: string): void {
     if (!this.prefixCache) return;
-    const full = Math.floor(seq.numComputed / this.blockSize);
+    const full = Math.floor(Math.min(seq.numComputed, seq.length - seq.unread) / this.blockSize);
     if (full <= seq.registeredBlocks) return;  // nothing newly full since the last step
     this.extendHashes(seq, full, salt);
     for (let i = seq.registeredBlocks; i < full; i++) {

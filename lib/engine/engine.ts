@@ -51,6 +51,13 @@ export class Engine {
   private readonly overlap: boolean;
   /** The decode step launched last, whose samples are read during the next step. */
   private inFlight?: Launched;
+  /**
+   * A launched step whose samples the host reads before it schedules again (with overlapped
+   * steps: read once its fence passed, the engine thread never blocking on it).
+   */
+  private due?: Launched;
+  /** A scheduled batch with prefill chunks, launched once `due` (the step before it) is read. */
+  private planned?: readonly ScheduledSeq[];
   readonly lora?: LoraManager;
   /** Waiting requests whose adapter could no longer be read from disk: ended by this step. */
   private unreadable: Sequence[] = [];
@@ -107,14 +114,16 @@ export class Engine {
    */
   captureGraphs(): number {
     // Its warm-up steps overwrite the id buffer a launched step's successor reads.
-    if (this.inFlight) throw new EngineError('captureGraphs: a step is in flight; capture before the first step');
+    if (this.inFlight || this.due) throw new EngineError('captureGraphs: a step is in flight; capture before the first step');
     return this.runner.graphs?.captureAll() ?? 0;
   }
 
   /** Frees the graphs, the KV cache and the adapter pool (printing MSTAR_PROFILE's summary); no step may follow. */
   close(): void {
-    this.inFlight?.sampled();  // its step has run before its buffers go
-    this.inFlight = undefined;
+    // Their steps have run before their buffers go.
+    this.inFlight?.sampled();
+    this.due?.sampled();
+    this.inFlight = this.due = this.planned = undefined;
     this.runner.close();
     this.runner.kv.dispose();
     if (this.lora) {
@@ -163,41 +172,66 @@ export class Engine {
     return this.scheduler.running.length + this.scheduler.waiting.length > 0;
   }
 
+  /** Whether the next step() waits for samples the GPU is still making (call it again soon: it does not block). */
+  awaitingGpu(): boolean {
+    return this.due !== undefined && !this.due.ready();
+  }
+
   /**
-   * Schedules and runs one step; returns the outputs it produced. With overlapped steps, a
-   * decode step is enqueued first, then the samples of the step before are read (their
-   * outputs are the ones returned), so each sequence has a token the host has not read
-   * (Sequence.unread) while its next step is scheduled: the step takes it on the device.
-   * A sequence that stops on that token has run one row too many, which is dropped.
-   * A step with prefill chunks reads the step before first and runs to its samples (as
-   * every step does without overlap): its hundreds of ops take the host milliseconds to
-   * enqueue, and its tokens, first tokens mostly, read one step later waited for the next
-   * step's launch (TTFT p50 at 64 requests rose by a fifth to a third).
+   * Schedules and launches one step; returns the outputs read meanwhile. With overlapped
+   * steps, a decode step is enqueued first, then the samples of the step before are read
+   * (their outputs are the ones returned), so each sequence has a token the host has not
+   * read (Sequence.unread) while its next step is scheduled: the step takes it on the
+   * device. A sequence that stops on that token has run one row too many, which is dropped.
+   * A step with prefill chunks reads the step before first, and its own samples are read
+   * before the next step is scheduled (as every step's are without overlap): its hundreds
+   * of ops take the host milliseconds to enqueue, and its tokens, first tokens mostly, read
+   * one step later waited for the next step's launch (TTFT p50 at 64 requests rose by a
+   * fifth to a third).
+   * With overlap the thread never blocks on the GPU: samples not made yet end the call
+   * (awaitingGpu() says so) and the next call goes on from there.
    */
   step(): RequestOutput[] {
-    if (this.lora) this.takeTurns(this.lora);
-    let batch = this.scheduler.schedule();
-    this.lora?.settle();
-    const outputs: RequestOutput[] = this.endUnreadable();
+    const outputs: RequestOutput[] = [];
+    if (!this.readDue(outputs)) return outputs;
+    let batch = this.planned;
+    this.planned = undefined;
+    if (!batch) {
+      if (this.lora) this.takeTurns(this.lora);
+      batch = this.scheduler.schedule();
+      this.lora?.settle();
+      outputs.push(...this.endUnreadable());
+    }
     const prev = this.inFlight;
     this.inFlight = undefined;
-    if (this.overlap && batch.length > 0 && batch.every((e) => e.count === 1 && e.samples)) {
-      this.inFlight = this.runner.launch(batch, prev);
-      this.advance(batch);
-      if (prev) outputs.push(...this.read(prev));
-      this.register(batch);
-      return outputs;
+    const overlapped = this.overlap && batch.length > 0 && batch.every((e) => e.count === 1 && e.samples);
+    if (prev && !overlapped) {
+      this.due = prev;
+      this.planned = batch;
+      return this.readDue(outputs) ? [...outputs, ...this.step()] : outputs;
     }
-    if (prev) {
-      outputs.push(...this.read(prev));
-      batch = batch.filter((e) => e.seq.status !== 'finished');
-    }
+    batch = batch.filter((e) => e.seq.status !== 'finished');  // (aborted while planned)
     if (batch.length === 0) return outputs;
-    const sampled = this.runner.run(batch);
+    const launched = this.runner.launch(batch, prev);
     this.advance(batch);
     this.register(batch);
-    outputs.push(...this.take(batch, sampled));
+    if (overlapped) this.inFlight = launched;
+    this.due = overlapped ? prev : launched;
+    this.readDue(outputs);
     return outputs;
+  }
+
+  /**
+   * Reads the due step's samples into outputs; false (nothing read) where they are not made
+   * yet and steps overlap. Without overlap it waits for them.
+   */
+  private readDue(outputs: RequestOutput[]): boolean {
+    if (!this.due) return true;
+    if (this.overlap && !this.due.ready()) return false;
+    const due = this.due;
+    this.due = undefined;
+    outputs.push(...this.read(due));
+    return true;
   }
 
   /** After a step is enqueued: its tokens count as computed; its samples are unread. */
@@ -209,14 +243,16 @@ export class Engine {
     }
   }
 
-  /** Offers the sequences' newly full blocks to the prefix cache (their tokens are all read). */
+  /** Offers the sequences' newly full blocks to the prefix cache (those whose tokens are read). */
   private register(batch: readonly ScheduledSeq[]): void {
     for (const e of batch) if (e.seq.status !== 'finished') this.blocks.registerFull(e.seq, this.salt(e.seq));
   }
 
-  /** Reads a launched step's samples into its sequences. */
+  /** Reads a launched step's samples into its sequences (whose blocks they may complete). */
   private read(launched: Launched): RequestOutput[] {
-    return this.take(launched.batch, launched.sampled());
+    const outputs = this.take(launched.batch, launched.sampled());
+    this.register(launched.batch);
+    return outputs;
   }
 
   /**

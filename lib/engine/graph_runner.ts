@@ -89,6 +89,10 @@ class GraphLaunch implements Launched {
 
   constructor(readonly runner: GraphRunner, readonly batch: readonly ScheduledSeq[], private readonly pending: Pending) {}
 
+  ready(): boolean {
+    return this.ids !== undefined || this.pending.ready();
+  }
+
   sampled(): Sampled[] {
     if (this.ids) return this.ids;
     const t0 = performance.now();

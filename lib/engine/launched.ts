@@ -11,6 +11,8 @@ export interface Sampled {
 
 export interface Launched {
   readonly batch: readonly ScheduledSeq[];
+  /** Whether sampled() would return without waiting for the GPU. */
+  ready(): boolean;
   /** One sample per entry of the batch that samples, in order; waits for the GPU the first time. */
   sampled(): Sampled[];
 }

@@ -8,6 +8,8 @@ export type HostArray = Float32Array | Int32Array | BigInt64Array;
 
 /** The values of one send: read on the first call (waiting for the GPU if need be). */
 export interface Pending {
+  /** Whether read() would return without waiting for the GPU. */
+  ready(): boolean;
   read(): HostArray[];
 }
 
@@ -30,7 +32,7 @@ export class Readback {
   send(tensors: readonly Tensor[]): Pending {
     if (this.device !== 'cuda') {
       const values = tensors.map((t) => t.toArray());
-      return { read: () => values };
+      return { ready: () => true, read: () => values };
     }
     const turn = this.turns[this.next];
     this.next ^= 1;
@@ -57,6 +59,7 @@ export class Readback {
     turn.fence.record();
     let values: HostArray[] | undefined;
     const pending: Pending = {
+      ready: () => values !== undefined || turn.fence!.done(),
       read: () => {
         if (values) return values;
         turn.fence!.wait();

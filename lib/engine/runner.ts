@@ -116,12 +116,13 @@ export class ModelRunner {
     let logits: Tensor | undefined;
     try {
       logits = this.model.forward(tensors.step, this.kv, this.eagerWorkspace());
-      const pending = this.sample(sampling, logits, tensors);
+      const samples = this.sample(sampling, logits, tensors);
       return {
         batch,
+        ready: samples.ready,
         sampled: () => {
           const t0 = performance.now();
-          const out = pending();
+          const out = samples.read();
           this.timing.eager.ms += performance.now() - t0;
           return out;
         },
@@ -256,9 +257,9 @@ export class ModelRunner {
    * Enqueues sampling (and the logprobs asked for) into the id buffer and their copy to the
    * host; returns what reads them.
    */
-  private sample(entries: readonly ScheduledSeq[], logits: Tensor, inputs: EagerTensors): () => Sampled[] {
+  private sample(entries: readonly ScheduledSeq[], logits: Tensor, inputs: EagerTensors): { ready(): boolean; read(): Sampled[] } {
     const n = entries.length;
-    if (n === 0) return () => [];
+    if (n === 0) return { ready: () => true, read: () => [] };
     const owned: Tensor[] = [];
     const t = <T extends Tensor>(x: T): T => (owned.push(x), x);
     try {
@@ -273,12 +274,12 @@ export class ModelRunner {
       addon.sample(ids, logits, inputs.temperature, inputs.topK, inputs.topP, inputs.seeds, inputs.steps);
       if (k < 0) {
         const pending = this.readback.send([ids]);
-        return () => Array.from(pending.read()[0] as Int32Array, (tokenId) => ({ tokenId }));
+        return { ready: pending.ready, read: () => Array.from(pending.read()[0] as Int32Array, (tokenId) => ({ tokenId })) };
       }
       const lp = t(addon.empty('f32', [n], device)), topIds = t(addon.empty('i32', [n, k], device)), topLp = t(addon.empty('f32', [n, k], device));
       addon.logprobs(lp, topIds, topLp, raw, ids);
       const pending = this.readback.send([ids, lp, topIds, topLp]);
-      return () => {
+      const read = (): Sampled[] => {
         const [chosen, lpa, tia, tla] = pending.read() as [Int32Array, Float32Array, Int32Array, Float32Array];
         return Array.from(chosen, (tokenId, r) => {
           const want = p[r].logprobs;
@@ -287,6 +288,7 @@ export class ModelRunner {
           return { tokenId, logprob: { tokenId, logprob: lpa[r], top } };
         });
       };
+      return { ready: pending.ready, read };
     } finally {
       owned.forEach((x) => x.dispose());
     }

@@ -79,9 +79,10 @@ function loop(): void {
     send({ type: 'fatal', message: `engine step failed: ${(e as Error).stack ?? e}` });
     process.exit(1);
   }
-  // Nothing could run (every waiting request waits for an adapter coming off the disk):
-  // poll gently instead of spinning.
-  if (ran) setImmediate(loop);
+  // Steps wait for the GPU (samples not made yet) by coming back at the next turn of the
+  // event loop, which handles new requests and aborts meanwhile. Nothing could run (every
+  // waiting request waits for an adapter coming off the disk): poll gently instead.
+  if (ran || engine.awaitingGpu()) setImmediate(loop);
   else setTimeout(loop, 1);
 }
 

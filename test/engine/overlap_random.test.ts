@@ -1,5 +1,8 @@
-// Random workloads through three engines on the tiny model: steps not overlapped (the
-// reference), not overlapped with aborts, and overlapped with aborts. Every request that was
+// Random workloads through four engines on the tiny model: steps not overlapped (the
+// reference), not overlapped with aborts, overlapped with aborts, and overlapped with aborts
+// on a "slow GPU" (a launched step says its samples are not ready for a few polls, as a
+// fence that has not passed does on cuda, so the engine returns and is called again).
+// Every request that was
 // not aborted gets exactly the reference's tokens, logprobs and finish; an aborted one a
 // prefix of them; every engine finishes (no livelock) with no KV block held. Cases mix
 // chunked prefill, shared prefixes, stop tokens that really occur, EOS, min_tokens,
@@ -12,6 +15,7 @@ import type { SamplingParams, TokenLogprob } from '../../lib/engine/types.js';
 import { locateModule } from '../../lib/checkpoint/locate.js';
 import { ALL_TARGETS } from '../../lib/lora/adapter.js';
 import { writeAdapter, type ModuleSpec } from '../lora/make_adapter.js';
+import type { Launched } from '../../lib/engine/launched.js';
 import { engine, greedy, tinyModel } from './helpers.js';
 
 /** xorshift32: the same cases on every run. */
@@ -82,15 +86,28 @@ function makeCase(seed: number, mode: Mode): { limits: Partial<EngineLimits>; re
   return { limits, reqs };
 }
 
-/** Steps the case to the end (at most 3000 steps); each request's outputs, and the KV blocks left. */
-async function run(limits: Partial<EngineLimits>, reqs: Req[], aborts: boolean, dirs?: Record<string, string>) {
+/** Makes each step the engine launches say "not ready" for 0-3 polls (random from `seed`). */
+function slowGpu(e: ReturnType<typeof engine>, seed: number): void {
+  const r = random(seed);
+  const runner = (e as unknown as { runner: { launch(...a: unknown[]): Launched } }).runner;
+  const launch = runner.launch.bind(runner);
+  runner.launch = (...args: unknown[]) => {
+    const launched = launch(...args);
+    let polls = r.int(0, 3);
+    return { batch: launched.batch, ready: () => polls-- <= 0 && launched.ready(), sampled: () => launched.sampled() };
+  };
+}
+
+/** Steps the case to the end (at most 6000 steps); each request's outputs, and the KV blocks left. */
+async function run(limits: Partial<EngineLimits>, reqs: Req[], aborts: boolean, dirs?: Record<string, string>, slowSeed?: number) {
   const e = engine(limits);
+  if (slowSeed !== undefined) slowGpu(e, slowSeed);
   if (dirs) for (const [name, dir] of Object.entries(dirs)) await e.loadAdapter(name, dir);
   const got = new Map<string, Got>();
   const of = (id: string) => got.get(id) ?? got.set(id, { tokens: [], logprobs: [], aborted: false }).get(id)!;
   const lastAdd = Math.max(...reqs.map((q) => q.addAt));
   let finished = false;
-  for (let step = 0; step < 3000 && !finished; step++) {
+  for (let step = 0; step < 6000 && !finished; step++) {
     for (const q of reqs) if (q.addAt === step) e.add({ id: q.id, promptIds: q.prompt, params: q.params, adapter: q.adapter });
     if (aborts) for (const q of reqs) if (q.abortAt === step && e.abort(q.id)) of(q.id).aborted = true;
     if (step > lastAdd && !e.hasWork()) {
@@ -127,8 +144,9 @@ describe('random workloads, overlapped steps against synchronous ones', () => {
         if (t.length > 1 && r.f() < 0.5) q.params = { ...q.params, stopTokenIds: [r.pick(t)] };
       }
       const ref = await run({ ...limits, overlapSteps: false }, reqs, false, dirs);
-      for (const [name, overlapSteps] of [['synchronous', false], ['overlapped', true]] as const) {
-        const res = await run({ ...limits, overlapSteps }, reqs, true, dirs);
+      const engines = [['synchronous', false], ['overlapped', true], ['overlapped, slow GPU', true, seed]] as const;
+      for (const [name, overlapSteps, slowSeed] of engines) {
+        const res = await run({ ...limits, overlapSteps }, reqs, true, dirs, slowSeed);
         expect(res.finished, `${ctx} ${name}`).toBe(true);
         expect(res.blocksUsed, `${ctx} ${name}`).toBe(0);
         for (const q of reqs) {

@@ -76,11 +76,26 @@ describeGpu('captureGraph and copyFromAsync', () => {
     [t, out].forEach((x) => x.dispose());
   });
 
+  it('fence.done() is false while the marked ops run and true once they ran, without waiting', () => {
+    // Sixteen 4096² GEMMs (2.2 TFLOP): milliseconds of work, queued before the mark.
+    const x = addon.fromArray('bf16', [4096, 4096], new Float32Array(4096 * 4096).fill(0.01), 'cuda');
+    const y = addon.empty('bf16', [4096, 4096], 'cuda');
+    const fence = addon.fence();
+    for (let i = 0; i < 16; i++) addon.linear(y, x, x, null);
+    fence.record();
+    expect(fence.done()).toBe(false);
+    fence.wait();
+    expect(fence.done()).toBe(true);
+    fence.dispose();
+    [x, y].forEach((t) => t.dispose());
+  });
+
   it('copyToAsync and a fence bring results back while later ops are queued; feedTokens matches the cpu', () => {
     const ids = addon.fromArray('i32', [3], Int32Array.from([30, 31, 32]), 'cuda');
     const host = addon.pinnedEmpty('i32', [3]);
     const fence = addon.fence();
     fence.wait();  // never recorded: returns at once
+    expect(fence.done()).toBe(true);
     ids.copyToAsync(host);
     fence.record();
     // Queued behind the copy, changing ids: the copy must have taken the old values.
@@ -91,6 +106,7 @@ describeGpu('captureGraph and copyFromAsync', () => {
     addon.feedTokens(tokens, embedRows, ids, from, slots, 100);
     ids.copyFromAsync(Int32Array.from([0, 0, 0]));
     fence.wait();
+    expect(fence.done()).toBe(true);
     expect(Array.from(host.toArray())).toEqual([30, 31, 32]);
     expect(Array.from(tokens.toArray())).toEqual([7, 32, 30, 10]);
     expect(Array.from(embedRows.toArray())).toEqual([1, 132, 230, 4]);
