@@ -2,6 +2,8 @@
 // and Tensor method is wrapped with a timer; then eager prefill and decode steps run through
 // the Engine (graphs off, overlap off), with and without an adapter, and the ops' host time
 // per step is printed, largest first. An op that waits for the GPU shows up as a large one.
+// SYNC=1 waits for the GPU before and after every op instead: each op's time is then its GPU
+// time (plus a launch), which finds the slow kernels of a step.
 //
 //   node dist/lib/cli/main.js synth --preset qwen3-0.6b --out /tmp/m --adapters 3 --rank 16
 //   node bench/host_ops.mjs /tmp/m [rows=8] [promptLen=128]
@@ -22,14 +24,17 @@ const device = process.env.DEVICE ?? 'cuda';  // DEVICE=cpu: to try the script w
 
 /** name -> [calls, total ns] for the phase being measured. */
 let times = new Map();
+const sync = process.env.SYNC === '1' ? addon.synchronize.bind(addon) : () => {};
 const wrap = (obj, name, label) => {
   const fn = Object.getOwnPropertyDescriptor(obj, name)?.value;  // getters (shape, dtype) stay as they are
   if (typeof fn !== 'function' || name === 'constructor') return;
   const timed = function (...args) {
+    sync();
     const t0 = process.hrtime.bigint();
     try {
       return fn.apply(this, args);
     } finally {
+      sync();
       const e = times.get(label) ?? [0, 0n];
       e[0]++;
       e[1] += process.hrtime.bigint() - t0;

@@ -189,11 +189,14 @@ export class Engine {
    * one step later waited for the next step's launch (TTFT p50 at 64 requests rose by a
    * fifth to a third).
    * With overlap the thread never blocks on the GPU: samples not made yet end the call
-   * (awaitingGpu() says so) and the next call goes on from there.
+   * (awaitingGpu() says so) and the next call goes on from there. Samples read at the start
+   * of a call are returned at once, and the next call schedules: a prefill's first tokens
+   * then wait for no other step's host work (measured: TTFT p50 at 64 churned requests
+   * 40 ms returning them at once, 47-51 ms returning them after the next launch).
    */
   step(): RequestOutput[] {
     const outputs: RequestOutput[] = [];
-    if (!this.readDue(outputs)) return outputs;
+    if (this.due && (!this.readDue(outputs) || outputs.length > 0)) return outputs;
     let batch = this.planned;
     this.planned = undefined;
     if (!batch) {

@@ -67,6 +67,12 @@ function loop(): void {
     stepping = false;
     return;
   }
+  // A step's samples are still being made: come back at the next turn of the event loop,
+  // which handles new requests and aborts meanwhile.
+  if (engine.awaitingGpu()) {
+    setImmediate(loop);
+    return;
+  }
   const stepsBefore = engine.stats().steps;
   let ran = false;
   try {
@@ -79,9 +85,8 @@ function loop(): void {
     send({ type: 'fatal', message: `engine step failed: ${(e as Error).stack ?? e}` });
     process.exit(1);
   }
-  // Steps wait for the GPU (samples not made yet) by coming back at the next turn of the
-  // event loop, which handles new requests and aborts meanwhile. Nothing could run (every
-  // waiting request waits for an adapter coming off the disk): poll gently instead.
+  // Nothing could run (every waiting request waits for an adapter coming off the disk):
+  // poll gently instead of spinning.
   if (ran || engine.awaitingGpu()) setImmediate(loop);
   else setTimeout(loop, 1);
 }
