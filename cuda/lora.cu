@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(kShrinkThreads)
   }
 }
 
-// out[r, o] += t[r, slice(o)] · b[slot, o]: one thread per output column, for the
+// out[r, o] += t[r, slice(o)] · b[slot, o, slice(o)]: one thread per output column, for the
 // tileRows rows from blockIdx.x * tileRows (rows on x: y is limited to 65535); b[slot, o]
 // comes from L1 after the tile's first row of that slot. A row's loads (its slot, t's
 // slice, b's row, out) wait for nothing of another thread: staging t in shared memory
@@ -147,7 +147,7 @@ __global__ void __launch_bounds__(kExpandThreads)
     if (!adapted && !delta) continue;
     float acc = 0;
     if (adapted) {
-      const W* br = b + (int64_t(slot) * outF + o) * rank;
+      const W* br = b + ((int64_t(slot) * outF + o) * numSlices + s) * rank;  // b: [slots, outF, slices * rank]
       const T* tr = t + r * width + int64_t(s) * rank;
       const int64_t used = sr.ranks ? min(rank, int64_t(sr.ranks[int64_t(slot) * sr.slices + s])) : rank;
       int64_t k = 0;  // in k's order either way

@@ -43,26 +43,28 @@ Napi::Value LoraShrink(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// loraExpand(out [n, outF], t [n, S*R], b [slots, outF, R], slotOfRow [n], sliceStarts [S+1], slotRanks? [slots, S])
+// loraExpand(out [n, outF], t [n, S*R], b [slots, outF, S*R], slotOfRow [n], sliceStarts [S+1], slotRanks? [slots, S])
+// (b's row o holds its slice's R entries at that slice's place, zeros elsewhere: a run of rows
+// of one slot is then one GEMM, t · b[slot]ᵀ.)
 Napi::Value LoraExpand(const Napi::CallbackInfo& info) {
   OpArgs a(info, "loraExpand");
   Tensor &out = a.tensor(0, "out"), &t = a.tensor(1, "t"), &w = a.tensor(2, "b");
   Tensor &slots = a.tensor(3, "slotOfRow"), &starts = a.tensor(4, "sliceStarts");
   Tensor* ranks = a.optionalTensor(5, "slotRanks");
   bool cuda = a.oneDevice();
-  int64_t numSlices = expectExpand(a, out, t, w, slots, starts);
-  const int32_t* sr = expectSlotRanks(a, ranks, w.dim(0), numSlices, w.dim(2));
+  const int64_t numSlices = expectExpand(a, out, t, w, slots, starts), rank = w.dim(2) / numSlices;
+  const int32_t* sr = expectSlotRanks(a, ranks, w.dim(0), numSlices, rank);
   DType act = out.dtype();
   const int32_t* st = starts.ptr<int32_t>();
   if (cuda) {
     a.run([&] {
       gpu::loraExpand(act, out.data(), t.data(), a.weights(w), w.dim(0), slots.ptr<int32_t>(), st, numSlices,
-                      out.dim(0), out.dim(1), w.dim(2), {sr, numSlices});
+                      out.dim(0), out.dim(1), rank, {sr, numSlices});
     });
     return info.Env().Undefined();
   }
   cpu::loraExpand(out.ptr<float>(), t.ptr<float>(), a.weights(w), slots.ptr<int32_t>(), st, numSlices, out.dim(0),
-                  out.dim(1), w.dim(2), sr);
+                  out.dim(1), rank, sr);
   return info.Env().Undefined();
 }
 
@@ -130,14 +132,14 @@ Napi::Value LinearExpand(const Napi::CallbackInfo& info) {
   bool cuda = a.oneDevice();
   cpu::Weights bw{};
   DType act = expectLinear(a, out, x, w, bias, &bw);
-  int64_t numSlices = expectExpand(a, out, t, lb, slots, starts);
-  const int32_t* sr = expectSlotRanks(a, ranks, lb.dim(0), numSlices, lb.dim(2));
+  const int64_t numSlices = expectExpand(a, out, t, lb, slots, starts), rank = lb.dim(2) / numSlices;
+  const int32_t* sr = expectSlotRanks(a, ranks, lb.dim(0), numSlices, rank);
   const int64_t n = x.dim(0), in = x.dim(1), outF = w.dim(0);
   const int32_t* st = starts.ptr<int32_t>();
   if (cuda) {
     a.run([&] {
       gpu::linearExpand(act, out.data(), x.data(), a.weights(w), bias ? &bw : nullptr, n, in, outF,
-                        {t.data(), a.weights(lb), lb.dim(0), slots.ptr<int32_t>(), st, numSlices, lb.dim(2), {sr, numSlices}},
+                        {t.data(), a.weights(lb), lb.dim(0), slots.ptr<int32_t>(), st, numSlices, rank, {sr, numSlices}},
                         accumulate);
     });
     return info.Env().Undefined();
@@ -147,7 +149,7 @@ Napi::Value LinearExpand(const Napi::CallbackInfo& info) {
   std::vector<float> delta(accumulate ? size_t(n * outF) : 0);
   float* y = accumulate ? delta.data() : out.ptr<float>();
   cpu::linear(y, x.ptr<float>(), a.weights(w), bias ? &bw : nullptr, n, in, outF);
-  cpu::loraExpand(y, t.ptr<float>(), a.weights(lb), slots.ptr<int32_t>(), st, numSlices, n, outF, lb.dim(2), sr);
+  cpu::loraExpand(y, t.ptr<float>(), a.weights(lb), slots.ptr<int32_t>(), st, numSlices, n, outF, rank, sr);
   if (accumulate) cpu::add(out.ptr<float>(), out.ptr<float>(), y, n * outF);
   return info.Env().Undefined();
 }

@@ -85,7 +85,7 @@ int64_t expectExpand(OpArgs& a, const Tensor& out, const Tensor& t, const Tensor
   a.expectRank(out, 2, "out");
   a.expectFloat(w, "b");
   a.expectRank(w, 3, "b");
-  a.expect(w.dim(1) == out.dim(1), "b " + w.describe() + " ([slots, out, rank]) does not match out " + out.describe());
+  a.expect(w.dim(1) == out.dim(1), "b " + w.describe() + " ([slots, out, slices * rank]) does not match out " + out.describe());
   a.expectDType(starts, DType::I32, "sliceStarts");
   a.expectRank(starts, 1, "sliceStarts");
   int64_t numSlices = starts.dim(0) - 1;
@@ -95,8 +95,10 @@ int64_t expectExpand(OpArgs& a, const Tensor& out, const Tensor& t, const Tensor
     a.expect(st[0] == 0 && st[numSlices] == out.dim(1), "sliceStarts must run from 0 to out's width");
     for (int64_t s = 0; s < numSlices; ++s) a.expect(st[s] <= st[s + 1], "sliceStarts must not decrease");
   }
+  a.expect(w.dim(2) % numSlices == 0, "b " + w.describe() + ": its last dimension must be slices * rank, with " +
+                                          std::to_string(numSlices) + " slices");
   a.expectAct(t, "t");
-  a.expectShape(t, {out.dim(0), numSlices * w.dim(2)}, "t ([n, slices * rank])");
+  a.expectShape(t, {out.dim(0), w.dim(2)}, "t ([n, slices * rank])");
   expectSlotOfRow(a, slots, out.dim(0), w.dim(0));
   return numSlices;
 }

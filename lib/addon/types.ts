@@ -168,7 +168,10 @@ export interface Binding {
    * are zero padding, neither read nor multiplied.
    */
   loraShrink(t: Tensor, x: Tensor, a: Tensor, slotOfRow: Tensor, slotRanks?: Tensor): void;
-  /** out[n, outF] += per row, t(slice of each output row) · B[slotOfRow]ᵀ. b: [slots, outF, R]. */
+  /**
+   * out[n, outF] += per row, t(slice of each output row) · B[slotOfRow]ᵀ. b: [slots, outF, S * R], row o
+   * holding its slice's R entries at that slice's place (zeros elsewhere), so t · b[slot]ᵀ is also the expand.
+   */
   loraExpand(out: Tensor, t: Tensor, b: Tensor, slotOfRow: Tensor, sliceStarts: Tensor, slotRanks?: Tensor): void;
   /** rmsNorm, then loraShrink(t, out, a, slotOfRow): one launch on CUDA. */
   rmsNormShrink(out: Tensor, x: Tensor, w: Tensor, eps: number, t: Tensor, a: Tensor, slotOfRow: Tensor, slotRanks?: Tensor): void;

@@ -1,5 +1,7 @@
 // The pool's device-side storage: for every LoRA target weight, A and B stacked over slots.
-// Linear targets: a [slots, slices * R, in], b [slots, out, R]. Embedding: a holds Aᵀ as
+// Linear targets: a [slots, slices * R, in], b [slots, out, slices * R] (output row o of slice j
+// holds its R entries at columns j * R: a[slot] and b[slot] are then a plain projection pair,
+// which runs of rows of one slot use as GEMMs). Embedding: a holds Aᵀ as
 // [slots, vocab, R] so a row gather does the shrink. Scales are folded into b at load; ranks
 // below R are zero-padded, and `ranks` tells the kernels each slot's rank per slice, so the
 // padding is neither read nor multiplied.
@@ -43,7 +45,7 @@ function targetShapes(config: ModelConfig, numSlots: number, rank: number, targe
       return {
         weight, embedding, slices: embedding ? 1 : weight.parts.length,
         a: embedding ? [numSlots, rows, rank] : [numSlots, weight.parts.length * rank, cols],
-        b: [numSlots, embedding ? cols : rows, rank],
+        b: [numSlots, embedding ? cols : rows, embedding ? rank : weight.parts.length * rank],
       };
     });
 }
@@ -120,7 +122,7 @@ export class SlotWeights {
       const t = this.targets.get(m.location.engine)!;
       const j = t.embedding ? 0 : t.sliceOffsets.indexOf(m.location.rowOffset);
       const { a: aSlot, b: bSlot } = this.slotViews.get(t)![slot];
-      regions.push({ dst: aSlot, src: a, row: j * this.rank }, { dst: bSlot, src: b, row: t.embedding ? 0 : m.location.rowOffset });
+      regions.push({ dst: aSlot, src: a, row: j * this.rank }, { dst: bSlot, src: b, row: t.embedding ? 0 : m.location.rowOffset, col: j * this.rank });
       this.slotRanks(t, slot)[j] = m.rank;
     }
     // A target the adapter covers only in part keeps zeros elsewhere: zero it first (the

@@ -38,7 +38,7 @@ void loraExpand(float* out, const float* t, Weights b, const int32_t* slotOfRow,
         const float* ts = t + (r * numSlices + s) * rank;
         const int64_t used = slotRanks ? slotRanks[slot * numSlices + s] : rank;
         for (int64_t o = sliceStarts[s]; o < sliceStarts[s + 1]; ++o) {
-          size_t row = (size_t(slot) * size_t(outF) + size_t(o)) * size_t(rank);
+          size_t row = ((size_t(slot) * size_t(outF) + size_t(o)) * size_t(numSlices) + size_t(s)) * size_t(rank);
           float acc = 0;
           for (int64_t k = 0; k < used; ++k) acc += ts[k] * loadFloat(b.data, b.dtype, row + size_t(k));
           out[r * outF + o] += acc;

@@ -129,7 +129,7 @@ it.runIf(HAS_CUDA && process.env.MSTAR_GPU_TIMING === '1')('timings', () => {
     // 8 copies of each weight (more than the 50 MB L2 holds together), call i using copy i % 8.
     const copies = <T,>(make: (seed: number) => T) => Array.from({ length: 8 }, (_, i) => make(100 + i));
     const a = (rows: number, inF: number) => copies((seed) => randn('bf16', [slots, rows, inF], seed, 0.05));
-    const b = (outF: number) => copies((seed) => randn('bf16', [slots, outF, rank], seed, 0.05));
+    const b = (outF: number, slices: number) => copies((seed) => randn('bf16', [slots, outF, slices * rank], seed, 0.05));
     const w = (outF: number, inF: number) => copies((seed) => randn('bf16', [outF, inF], seed, 0.02));
     const starts = (widths: number[]) => onCuda('i32', [widths.length + 1], widths.reduce((acc, w) => [...acc, acc[acc.length - 1] + w], [0]));
     const x = randn('bf16', [n, 1024], 13), normW = randn('bf16', [1024], 14, 1), xOut = addon.empty('bf16', [n, 1024], 'cuda');
@@ -139,7 +139,7 @@ it.runIf(HAS_CUDA && process.env.MSTAR_GPU_TIMING === '1')('timings', () => {
     const t48 = randn('bf16', [n, 48], 18), t32 = randn('bf16', [n, 32], 19), t16 = randn('bf16', [n, 16], 20);
     const wQkv = w(4096, 1024), wGu = w(6144, 1024), wO = w(1024, 2048);
     const aQkv = a(48, 1024), aDown = a(16, 3072), aO = a(16, 2048);
-    const bQkv = b(4096), bGu = b(6144), bO = b(1024), stQkv = starts([2048, 1024, 1024]), stGu = starts([3072, 3072]), stO = starts([1024]);
+    const bQkv = b(4096, 3), bGu = b(6144, 2), bO = b(1024, 1), stQkv = starts([2048, 1024, 1024]), stGu = starts([3072, 3072]), stO = starts([1024]);
     const us = (fn: (c: number) => void) => timeInGraph((i) => fn(i % 8));
     const row = (what: string, plain: number, lora: number) =>
       report(`lora n=${n} ${what}`, lora, `plain ${(plain * 1e6).toFixed(1)} us, +${((lora - plain) * 1e6).toFixed(1)} us`);

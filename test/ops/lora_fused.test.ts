@@ -17,7 +17,7 @@ function data(seed: number) {
   const rng = new Rng(seed);
   return {
     res: rng.floats(n * dim), x: rng.floats(n * dim), w: rng.floats(dim, 0.5, 1.5), gateUp: rng.floats(n * 2 * dim, -4, 4),
-    a: rng.floats(numSlots * widths.length * rank * dim), b: rng.floats(numSlots * outF * rank),
+    a: rng.floats(numSlots * widths.length * rank * dim), b: rng.floats(numSlots * outF * widths.length * rank),
     lw: rng.floats(outF * dim), bias: rng.floats(outF), t: rng.floats(n * widths.length * rank),
   };
 }
@@ -84,7 +84,7 @@ describe('linearExpand', () => {
       const d = data(3);
       const base = d.lw.subarray(0, n * outF);
       const args = () => [f32([n, dim], d.x), f32([outF, dim], d.lw), withBias ? f32([outF], d.bias) : null] as const;
-      const lora = () => [f32([n, 3 * rank], d.t), f32([numSlots, outF, rank], d.b), i32([n], slots), i32([4], starts)] as const;
+      const lora = () => [f32([n, 3 * rank], d.t), f32([numSlots, outF, 3 * rank], d.b), i32([n], slots), i32([4], starts)] as const;
       // transformers' order: residual + (projection + adapter delta)
       const delta = addon.empty('f32', [n, outF]);
       addon.linear(delta, ...args());
@@ -103,7 +103,7 @@ describe('linearExpand', () => {
     const before = floats(out);
     const call = (o: { starts?: number[]; slots?: number[]; t?: ReturnType<typeof f32> }) => () =>
       addon.linearExpand(out, f32([n, dim], d.x), f32([outF, dim], d.lw), null, o.t ?? f32([n, 3 * rank], d.t),
-        f32([numSlots, outF, rank], d.b), i32([n], o.slots ?? slots), i32([(o.starts ?? starts).length], o.starts ?? starts));
+        f32([numSlots, outF, 3 * rank], d.b), i32([n], o.slots ?? slots), i32([(o.starts ?? starts).length], o.starts ?? starts));
     expectOpError(call({ starts: [0, 6, 10, 13] }), /^linearExpand: sliceStarts must run from 0 to out's width/);
     expectOpError(call({ slots: [0, 0, 0, 0, -1] }), /^linearExpand: slotOfRow\[4\] = -1 is not one of the 4 slots/);
     expectOpError(call({ t: f32([n, 2], new Float32Array(n * 2)) }), /^linearExpand: t \(\[n, slices \* rank\]\) must be \[5, 9\]/);
@@ -121,10 +121,12 @@ describe('slotRanks', () => {
     const k = Math.floor(i / dim) % (S * R), slot = Math.floor(i / (dim * S * R));
     return k % R < ranks[slot * S + Math.floor(k / R)] ? v : fill;
   });
+  // b [slots, outF, S * R]: row o's entries of its own slice, below the slot's rank, are read;
+  // the rest (padding, other slices' places) is filled.
   const padB = (b: Float32Array, fill: number) => b.map((v, i) => {
-    const k = i % R, o = Math.floor(i / R) % outF, slot = Math.floor(i / (R * outF));
+    const col = i % (S * R), o = Math.floor(i / (S * R)) % outF, slot = Math.floor(i / (S * R * outF));
     const s = starts.findIndex((st, j) => j < S && o >= st && o < starts[j + 1]);
-    return k < ranks[slot * S + s] ? v : fill;
+    return Math.floor(col / R) === s && col % R < ranks[slot * S + s] ? v : fill;
   });
 
   it('every LoRA op gives what zero padding gives, never reading the padding', () => {
@@ -132,7 +134,7 @@ describe('slotRanks', () => {
     const sr = () => i32([numSlots, S], ranks);
     const slotT = () => i32([n], slots);
     const aOf = (fill: number) => f32([numSlots, S * R, dim], padA(d.a, fill));
-    const bOf = (fill: number) => f32([numSlots, outF, R], padB(d.b, fill));
+    const bOf = (fill: number) => f32([numSlots, outF, S * R], padB(d.b, fill));
     // Shrinks: plain, after rmsNorm, after siluMul.
     const shrinks: [string, (a: ReturnType<typeof f32>, ranked: boolean) => Float32Array][] = [
       ['loraShrink', (a, ranked) => { const t = addon.empty('f32', [n, S * R]); addon.loraShrink(t, f32([n, dim], d.x), a, slotT(), ranked ? sr() : undefined); return floats(t); }],
@@ -162,7 +164,7 @@ describe('slotRanks', () => {
       /^loraShrink: slotRanks .* must be \[slots, slices\] with the 9 rank rows of a split evenly/);
     expectOpError(() => addon.loraShrink(t, f32([n, dim], d.x), a, i32([n], slots), i32([numSlots, S], ranks.map((r) => (r === 2 ? 4 : r)))),
       /^loraShrink: slotRanks\[\d+\] = 4 is outside \[0, 3\]/);
-    expectOpError(() => addon.loraExpand(f32([n, outF], d.lw.subarray(0, n * outF)), f32([n, S * R], d.t), f32([numSlots, outF, R], d.b),
+    expectOpError(() => addon.loraExpand(f32([n, outF], d.lw.subarray(0, n * outF)), f32([n, S * R], d.t), f32([numSlots, outF, S * R], d.b),
       i32([n], slots), i32([4], starts), i32([numSlots + 1, S], new Array((numSlots + 1) * S).fill(1))), /^loraExpand: slotRanks \(\[slots, slices\]\) must be \[4, 3\]/);
     expect(floats(t).every((v) => v === 0)).toBe(true);
   });
