@@ -138,6 +138,11 @@ export class SlotWeights {
     this.ranks.copyFromAsync(this.hostRanks);
   }
 
+  /** Slot `slot`'s a [slices * R, in] and b [out, slices * R] of target t: a projection pair (views kept by the pool). */
+  slot(t: LoraTarget, slot: number): { a: Tensor; b: Tensor } {
+    return this.slotViews.get(t)![slot];
+  }
+
   /** The host copy of one slot's ranks in target t, one entry per slice. */
   private slotRanks(t: LoraTarget, slot: number): Int32Array {
     const slices = t.ranks.shape[1];

@@ -2,6 +2,7 @@
 // per-head RMSNorm on q and k.
 import { addon, type Tensor } from '../addon/index.js';
 import type { ModelConfig } from '../checkpoint/config.js';
+import type { SlotRun } from '../lora/slot_runs.js';
 import type { LoraTarget, SlotWeights } from '../lora/slot_weights.js';
 import type { KvCache } from './kv_cache.js';
 import { CPU, type Placement } from './placement.js';
@@ -18,6 +19,12 @@ export class LlamaModel {
   private readonly scale: number;
   /** The adapter pool's slot weights, when LoRA is on; rows then add their slot's delta. */
   lora?: SlotWeights;
+  /**
+   * A step whose runs of rows of one adapter are known, with this many rows a run on
+   * average, shrinks and expands by GEMMs, run by run, instead of the per-row kernels
+   * (tests move it to compare the two).
+   */
+  loraGemmRows = 64;
 
   constructor(readonly config: ModelConfig, readonly weights: Weights, readonly placement: Placement = CPU) {
     const { invFreq } = ropeInvFreq(config.rope, config.headDim);
@@ -69,6 +76,18 @@ export class LlamaModel {
     // The rank-space rows of an adapted projection. One buffer serves every target: each
     // use ends (in stream order) before the next begins.
     const shrunk = (t: LoraTarget, rows: number) => buffer('lora', rows, t.a.shape[1]);
+    const gemmRuns = (runs: SlotRun[] | undefined, rows: number) =>
+      runs && rows >= this.loraGemmRows * Math.max(1, runs.length) ? runs : undefined;
+    const rowRuns = gemmRuns(step.lora?.rowRuns, n);
+    /** Each run's rows of `into` (+)= their rows of `from` · (a or b of the run's slot)ᵀ. */
+    const byRuns = (into: Tensor, from: Tensor, t: LoraTarget, runs: SlotRun[], which: 'a' | 'b') => {
+      for (const { slot, start, count } of runs) {
+        const dst = into.narrow(start, count), src = from.narrow(start, count);
+        addon.linear(dst, src, lora!.weights.slot(t, slot)[which], null, which === 'b');
+        dst.dispose();
+        src.dispose();
+      }
+    };
     /**
      * x = rmsNorm(residual): with the shrink of x for `next` when it is adapted, made
      * where x is made (the residual stream took the last projection in place, so the
@@ -76,57 +95,70 @@ export class LlamaModel {
      */
     const norm = (weight: string, next?: string): Tensor | undefined => {
       const t = next ? adapted(next) : undefined;
-      if (!t || !lora) {
-        addon.rmsNorm(x, residual, this.w(weight), c.rmsNormEps);
-        return undefined;
-      }
+      if (!t || !lora || rowRuns) addon.rmsNorm(x, residual, this.w(weight), c.rmsNormEps);
+      if (!t || !lora) return undefined;
       const s = shrunk(t, n);
-      addon.rmsNormShrink(x, residual, this.w(weight), c.rmsNormEps, s, t.a, lora.plan.rowSlots, t.ranks);
+      if (rowRuns) byRuns(s, x, t, rowRuns, 'a');
+      else addon.rmsNormShrink(x, residual, this.w(weight), c.rmsNormEps, s, t.a, lora.plan.rowSlots, t.ranks);
       return s;
     };
     /** act = SiLU(gate) · up: with the shrink of act for `next` when it is adapted, made where act is made. */
     const activate = (next: string): Tensor | undefined => {
       const t = adapted(next);
-      if (!t || !lora) {
-        addon.siluMul(act, gateUp);
-        return undefined;
-      }
+      if (!t || !lora || rowRuns) addon.siluMul(act, gateUp);
+      if (!t || !lora) return undefined;
       const s = shrunk(t, n);
-      addon.siluMulShrink(act, gateUp, s, t.a, lora.plan.rowSlots, t.ranks);
+      if (rowRuns) byRuns(s, act, t, rowRuns, 'a');
+      else addon.siluMulShrink(act, gateUp, s, t.a, lora.plan.rowSlots, t.ranks);
       return s;
     };
     /**
      * out = input · Wᵀ (+ bias) plus each row's adapter delta (out += with accumulate);
-     * `s`: the adapter's shrink of input, if made already.
+     * `s`: the adapter's shrink of input, if made already. `runs`: where given, the shrink
+     * and expand go run by run as GEMMs (accumulating, through the `x` buffer, free while
+     * o and down project: the delta joins the projection before the residual takes it).
      */
-    const project = (out: Tensor, input: Tensor, name: string, o: { s?: Tensor; slots?: Tensor; accumulate?: boolean } = {}) => {
+    type ProjectOptions = { s?: Tensor; slots?: Tensor; runs?: SlotRun[]; accumulate?: boolean };
+    const project = (out: Tensor, input: Tensor, name: string, o: ProjectOptions = {}) => {
       const t = adapted(name);
       const slots = o.slots ?? lora?.plan.rowSlots;
       if (!t || !slots) {
         addon.linear(out, input, this.w(name), this.bias(name), o.accumulate);
         return;
       }
+      const rows = input.shape[0];
       let s = o.s;
       if (!s) {
-        s = shrunk(t, input.shape[0]);
-        addon.loraShrink(s, input, t.a, slots, t.ranks);
+        s = shrunk(t, rows);
+        if (o.runs) byRuns(s, input, t, o.runs, 'a');
+        else addon.loraShrink(s, input, t.a, slots, t.ranks);
       }
-      addon.linearExpand(out, input, this.w(name), this.bias(name), s, t.b, slots, t.sliceStarts, o.accumulate, t.ranks);
+      if (o.runs) {
+        const y = o.accumulate ? buffer('x', rows, out.shape[1]) : out;
+        addon.linear(y, input, this.w(name), this.bias(name));
+        byRuns(y, s, t, o.runs, 'b');
+        if (o.accumulate) {
+          addon.add(out, out, y);
+          y.dispose();
+        }
+      } else {
+        addon.linearExpand(out, input, this.w(name), this.bias(name), s, t.b, slots, t.sliceStarts, o.accumulate, t.ranks);
+      }
       s.dispose();
     };
     for (let l = 0; l < c.numLayers; l++) {
       const p = `layers.${l}`;
-      project(qkv, x, `${p}.qkv`, { s: norm(`${p}.attn_norm`, `${p}.qkv`) });
+      project(qkv, x, `${p}.qkv`, { s: norm(`${p}.attn_norm`, `${p}.qkv`), runs: rowRuns });
       const [qNorm, kNorm] = this.qkNorms(l) ?? [null, null];
       addon.ropeKvWrite(qkv, step.positions, this.invFreq, kv.k[l], kv.v[l], step.slots, qNorm, kNorm, H, K, hd, c.rmsNormEps);
       addon.pagedAttention(attn, qkv, kv.k[l], kv.v[l], step.blockTables, step.queryStarts, step.contextLens, H, K, hd, this.scale);
-      project(residual, attn, `${p}.o`, { accumulate: true });
-      project(gateUp, x, `${p}.gate_up`, { s: norm(`${p}.mlp_norm`, `${p}.gate_up`) });
-      project(residual, act, `${p}.down`, { s: activate(`${p}.down`), accumulate: true });
+      project(residual, attn, `${p}.o`, { accumulate: true, runs: rowRuns });
+      project(gateUp, x, `${p}.gate_up`, { s: norm(`${p}.mlp_norm`, `${p}.gate_up`), runs: rowRuns });
+      project(residual, act, `${p}.down`, { s: activate(`${p}.down`), accumulate: true, runs: rowRuns });
     }
     norm('final_norm');
     addon.gatherRows(last, x, step.logitRows);
-    project(logits, last, 'lm_head', { slots: lora?.plan.logitSlots });
+    project(logits, last, 'lm_head', { slots: lora?.plan.logitSlots, runs: gemmRuns(lora?.plan.logitRuns, rows) });
     for (const t of [residual, x, qkv, attn, gateUp, act, last]) t.dispose();
     return logits;
   }

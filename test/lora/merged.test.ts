@@ -1,5 +1,6 @@
 // Each row's adapter delta equals serving merged weights W + s·B·A, per target, exactly
-// (fp32 on both sides), and rows of other slots (or slot 0) are untouched.
+// (fp32 on both sides), and rows of other slots (or slot 0) are untouched: by the per-row
+// kernels, and by GEMMs over runs of rows of one slot (what prefill-sized steps use).
 import { ALL_TARGETS } from '../../lib/lora/adapter.js';
 import { describe, expect, it } from 'vitest';
 
@@ -61,8 +62,9 @@ describe('LoRA equals merged weights', () => {
     ['embed_tokens and lm_head', [spec('model.embed_tokens', 4), spec('lm_head', 4)], { r: 4, lora_alpha: 2, target_modules: ['embed_tokens', 'lm_head'] }, 0.5],
   ];
 
-  for (const [label, modules, config, scale] of cases) {
-    it(label, async () => {
+  for (const [label, modules, config, scale] of cases) for (const gemmRows of [Infinity, 1]) {
+    it(`${label}, ${gemmRows === 1 ? 'GEMMs by runs of rows' : 'per-row kernels'}`, async () => {
+      base.loraGemmRows = gemmRows;
       const { dir: adapterDir, modules: made } = await writeAdapter(modules, config);
       const lora = new LoraManager(base, { slots: 2, maxRank: 16, hostCache: 2, targets: ALL });
       await lora.register('a', adapterDir);
@@ -90,6 +92,7 @@ describe('LoRA equals merged weights', () => {
       expect(relativeError(withLora[0], plain[0])).toBeGreaterThan(1e-3);  // the adapter did something
       merged.dispose();
       lora.weights.dispose();
+      base.loraGemmRows = 64;
     });
   }
 });
