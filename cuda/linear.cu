@@ -43,7 +43,7 @@ struct LaneExpand {
   __device__ int64_t rowRank(const LoraExpandArgs& e, int r, int64_t o, int64_t outF, int64_t& bRow) const {
     const int32_t slot = e.slotOfRow[r];
     if (slice == e.numSlices || slot <= 0 || slot >= e.numSlots) return 0;
-    bRow = ((int64_t(slot) * outF + o) * e.numSlices + slice) * e.rank;  // b: [slots, outF, slices * rank]
+    bRow = ((o * e.numSlots + slot) * e.numSlices + slice) * e.rank;  // b: [outF, slots, slices * rank]
     return e.ranks.ranks ? min(e.rank, int64_t(e.ranks.ranks[int64_t(slot) * e.ranks.slices + slice])) : e.rank;
   }
 

@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(kShrinkThreads)
   }
 }
 
-// out[r, o] += t[r, slice(o)] · b[slot, o, slice(o)]: one thread per output column, for the
+// out[r, o] += t[r, slice(o)] · b[o, slot, slice(o)]: one thread per output column, for the
 // tileRows rows from blockIdx.x * tileRows (rows on x: y is limited to 65535); b[slot, o]
 // comes from L1 after the tile's first row of that slot. A row's loads (its slot, t's
 // slice, b's row, out) wait for nothing of another thread: staging t in shared memory
@@ -147,7 +147,7 @@ __global__ void __launch_bounds__(kExpandThreads)
     if (!adapted && !delta) continue;
     float acc = 0;
     if (adapted) {
-      const W* br = b + ((int64_t(slot) * outF + o) * numSlices + s) * rank;  // b: [slots, outF, slices * rank]
+      const W* br = b + ((o * numSlots + slot) * numSlices + s) * rank;  // b: [outF, slots, slices * rank]
       const T* tr = t + r * width + int64_t(s) * rank;
       const int64_t used = sr.ranks ? min(rank, int64_t(sr.ranks[int64_t(slot) * sr.slices + s])) : rank;
       int64_t k = 0;  // in k's order either way
@@ -165,6 +165,17 @@ __global__ void __launch_bounds__(kExpandThreads)
     T* dst = out + r * outF + o;
     if (delta) *dst = fromF<T>(toF(*dst) + toF(fromF<T>(toF(delta[r * outF + o]) + acc)));
     else *dst = fromF<T>(toF(*dst) + acc);
+  }
+}
+
+// Row r of t keeps its slot's `width` columns; the rest (every column for slot 0) becomes 0.
+template <typename T>
+__global__ void maskKernel(T* t, const int32_t* slotOfRow, int64_t numSlots, int64_t n, int64_t width) {
+  awaitPrior();
+  const int64_t cols = numSlots * width;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n * cols; i += int64_t(gridDim.x) * blockDim.x) {
+    const int32_t slot = slotOfRow[i / cols];
+    if (slot <= 0 || slot >= numSlots || i % cols / width != slot) t[i] = fromF<T>(0.0f);
   }
 }
 
@@ -263,6 +274,15 @@ void loraExpandAdd(DType act, void* out, const void* delta, const void* t, Weigh
           static_cast<const T*>(delta), static_cast<const T*>(t), static_cast<const W*>(b.data), numSlots, slotOfRow,
           sliceStarts, int(numSlices), n, outF, rank, int(tileRows), vec, ranks);
     });
+  });
+}
+
+void loraMask(DType act, void* t, const int32_t* slotOfRow, int64_t numSlots, int64_t n, int64_t width) {
+  if (n * numSlots * width == 0) return;
+  withAct(act, [&](auto tt) {
+    using T = decltype(tt);
+    launch("loraMask kernel", maskKernel<T>, strideGrid(n * numSlots * width), 256, 0, static_cast<T*>(t), slotOfRow,
+        numSlots, n, width);
   });
 }
 

@@ -62,12 +62,14 @@ void sample(DType act, int32_t* outIds, const void* logits, int64_t n, int64_t v
 void logprobs(DType act, float* chosenLp, int32_t* topIds, float* topLp, int64_t k, const void* logits,
               const int32_t* chosen, int64_t n, int64_t vocab);
 
-// a: [numSlots, rankRows, in]; b: [numSlots, outF, rank]. Grids depend on n and the sizes only.
+// a: [numSlots, rankRows, in]; b: [outF, numSlots, rankRows]. Grids depend on n and the sizes only.
 void loraShrink(DType act, void* t, const void* x, Weights a, int64_t numSlots, const int32_t* slotOfRow, int64_t n,
                 int64_t in, int64_t rankRows, SlotRanks ranks = {});
 void loraExpand(DType act, void* out, const void* t, Weights b, int64_t numSlots, const int32_t* slotOfRow,
                 const int32_t* sliceStarts, int64_t numSlices, int64_t n, int64_t outF, int64_t rank,
                 SlotRanks ranks = {});
+// t [n, numSlots * width]: row r keeps only its slot's width columns (slot 0 or out of range: none).
+void loraMask(DType act, void* t, const int32_t* slotOfRow, int64_t numSlots, int64_t n, int64_t width);
 // out += (delta + the expand), the inner sum rounded first, every row (slot 0: out += delta).
 void loraExpandAdd(DType act, void* out, const void* delta, const void* t, Weights b, int64_t numSlots,
                    const int32_t* slotOfRow, const int32_t* sliceStarts, int64_t numSlices, int64_t n, int64_t outF,

@@ -43,9 +43,10 @@ Napi::Value LoraShrink(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// loraExpand(out [n, outF], t [n, S*R], b [slots, outF, S*R], slotOfRow [n], sliceStarts [S+1], slotRanks? [slots, S])
-// (b's row o holds its slice's R entries at that slice's place, zeros elsewhere: a run of rows
-// of one slot is then one GEMM, t · b[slot]ᵀ.)
+// loraExpand(out [n, outF], t [n, S*R], b [outF, slots, S*R], slotOfRow [n], sliceStarts [S+1], slotRanks? [slots, S])
+// (b[o, slot] holds o's slice's R entries at that slice's place, zeros elsewhere: with t's rows
+// spread over every slot's place and zero outside their own, the expand is one GEMM, see
+// loraMask.)
 Napi::Value LoraExpand(const Napi::CallbackInfo& info) {
   OpArgs a(info, "loraExpand");
   Tensor &out = a.tensor(0, "out"), &t = a.tensor(1, "t"), &w = a.tensor(2, "b");
@@ -53,18 +54,18 @@ Napi::Value LoraExpand(const Napi::CallbackInfo& info) {
   Tensor* ranks = a.optionalTensor(5, "slotRanks");
   bool cuda = a.oneDevice();
   const int64_t numSlices = expectExpand(a, out, t, w, slots, starts), rank = w.dim(2) / numSlices;
-  const int32_t* sr = expectSlotRanks(a, ranks, w.dim(0), numSlices, rank);
+  const int32_t* sr = expectSlotRanks(a, ranks, w.dim(1), numSlices, rank);
   DType act = out.dtype();
   const int32_t* st = starts.ptr<int32_t>();
   if (cuda) {
     a.run([&] {
-      gpu::loraExpand(act, out.data(), t.data(), a.weights(w), w.dim(0), slots.ptr<int32_t>(), st, numSlices,
+      gpu::loraExpand(act, out.data(), t.data(), a.weights(w), w.dim(1), slots.ptr<int32_t>(), st, numSlices,
                       out.dim(0), out.dim(1), rank, {sr, numSlices});
     });
     return info.Env().Undefined();
   }
-  cpu::loraExpand(out.ptr<float>(), t.ptr<float>(), a.weights(w), slots.ptr<int32_t>(), st, numSlices, out.dim(0),
-                  out.dim(1), rank, sr);
+  cpu::loraExpand(out.ptr<float>(), t.ptr<float>(), a.weights(w), w.dim(1), slots.ptr<int32_t>(), st, numSlices,
+                  out.dim(0), out.dim(1), rank, sr);
   return info.Env().Undefined();
 }
 
@@ -133,13 +134,13 @@ Napi::Value LinearExpand(const Napi::CallbackInfo& info) {
   cpu::Weights bw{};
   DType act = expectLinear(a, out, x, w, bias, &bw);
   const int64_t numSlices = expectExpand(a, out, t, lb, slots, starts), rank = lb.dim(2) / numSlices;
-  const int32_t* sr = expectSlotRanks(a, ranks, lb.dim(0), numSlices, rank);
+  const int32_t* sr = expectSlotRanks(a, ranks, lb.dim(1), numSlices, rank);
   const int64_t n = x.dim(0), in = x.dim(1), outF = w.dim(0);
   const int32_t* st = starts.ptr<int32_t>();
   if (cuda) {
     a.run([&] {
       gpu::linearExpand(act, out.data(), x.data(), a.weights(w), bias ? &bw : nullptr, n, in, outF,
-                        {t.data(), a.weights(lb), lb.dim(0), slots.ptr<int32_t>(), st, numSlices, rank, {sr, numSlices}},
+                        {t.data(), a.weights(lb), lb.dim(1), slots.ptr<int32_t>(), st, numSlices, rank, {sr, numSlices}},
                         accumulate);
     });
     return info.Env().Undefined();
@@ -149,7 +150,7 @@ Napi::Value LinearExpand(const Napi::CallbackInfo& info) {
   std::vector<float> delta(accumulate ? size_t(n * outF) : 0);
   float* y = accumulate ? delta.data() : out.ptr<float>();
   cpu::linear(y, x.ptr<float>(), a.weights(w), bias ? &bw : nullptr, n, in, outF);
-  cpu::loraExpand(y, t.ptr<float>(), a.weights(lb), slots.ptr<int32_t>(), st, numSlices, n, outF, rank, sr);
+  cpu::loraExpand(y, t.ptr<float>(), a.weights(lb), lb.dim(1), slots.ptr<int32_t>(), st, numSlices, n, outF, rank, sr);
   if (accumulate) cpu::add(out.ptr<float>(), out.ptr<float>(), y, n * outF);
   return info.Env().Undefined();
 }
@@ -197,6 +198,27 @@ Napi::Value Fill(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// loraMask(t [n, slots * W], slotOfRow [n], slots): row r keeps only columns [slot * W, (slot + 1) * W)
+// of its slot (slot 0: none). A shrink by every slot's a at once (one GEMM), masked so, feeds an
+// expand by every slot's b at once.
+Napi::Value LoraMask(const Napi::CallbackInfo& info) {
+  OpArgs a(info, "loraMask");
+  Tensor &t = a.tensor(0, "t"), &slots = a.tensor(1, "slotOfRow");
+  const int numSlots = a.integer(2, "slots", 1);
+  bool cuda = a.oneDevice();
+  a.expectAct(t, "t");
+  a.expectRank(t, 2, "t");
+  a.expect(t.dim(1) % numSlots == 0, "t " + t.describe() + " must have slots * width columns, slots = " + std::to_string(numSlots));
+  expectSlotOfRow(a, slots, t.dim(0), numSlots);
+  const int64_t width = t.dim(1) / numSlots;
+  if (cuda) {
+    a.run([&] { gpu::loraMask(t.dtype(), t.data(), slots.ptr<int32_t>(), numSlots, t.dim(0), width); });
+    return info.Env().Undefined();
+  }
+  cpu::loraMask(t.ptr<float>(), slots.ptr<int32_t>(), numSlots, t.dim(0), width);
+  return info.Env().Undefined();
+}
+
 // maxAbsDiff(a, b): the largest |a - b| over two float tensors of one shape (NaN if any is NaN).
 Napi::Value MaxAbsDiff(const Napi::CallbackInfo& info) {
   OpArgs a(info, "maxAbsDiff");
@@ -227,6 +249,7 @@ void RegisterLoraOps(Napi::Env env, Napi::Object exports) {
   exports["rmsNormShrink"] = Napi::Function::New<RmsNormShrink>(env, "rmsNormShrink");
   exports["siluMulShrink"] = Napi::Function::New<SiluMulShrink>(env, "siluMulShrink");
   exports["linearExpand"] = Napi::Function::New<LinearExpand>(env, "linearExpand");
+  exports["loraMask"] = Napi::Function::New<LoraMask>(env, "loraMask");
   exports["copyRegion"] = Napi::Function::New<CopyRegion>(env, "copyRegion");
   exports["fill"] = Napi::Function::New<Fill>(env, "fill");
   exports["maxAbsDiff"] = Napi::Function::New<MaxAbsDiff>(env, "maxAbsDiff");

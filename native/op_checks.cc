@@ -85,7 +85,7 @@ int64_t expectExpand(OpArgs& a, const Tensor& out, const Tensor& t, const Tensor
   a.expectRank(out, 2, "out");
   a.expectFloat(w, "b");
   a.expectRank(w, 3, "b");
-  a.expect(w.dim(1) == out.dim(1), "b " + w.describe() + " ([slots, out, slices * rank]) does not match out " + out.describe());
+  a.expect(w.dim(0) == out.dim(1), "b " + w.describe() + " ([out, slots, slices * rank]) does not match out " + out.describe());
   a.expectDType(starts, DType::I32, "sliceStarts");
   a.expectRank(starts, 1, "sliceStarts");
   int64_t numSlices = starts.dim(0) - 1;
@@ -99,7 +99,7 @@ int64_t expectExpand(OpArgs& a, const Tensor& out, const Tensor& t, const Tensor
                                           std::to_string(numSlices) + " slices");
   a.expectAct(t, "t");
   a.expectShape(t, {out.dim(0), w.dim(2)}, "t ([n, slices * rank])");
-  expectSlotOfRow(a, slots, out.dim(0), w.dim(0));
+  expectSlotOfRow(a, slots, out.dim(0), w.dim(1));
   return numSlices;
 }
 

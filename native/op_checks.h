@@ -26,7 +26,7 @@ void expectSlotOfRow(const OpArgs& a, const Tensor& slots, int64_t rows, int64_t
 // t [n, S*R] = x [n, in] · a [slots, S*R, in] per row's slot; xName: what the op calls x.
 void expectShrink(OpArgs& a, const Tensor& t, const Tensor& x, const char* xName, const Tensor& w, const Tensor& slots);
 
-// out [n, outF] += t [n, S*R] · b [slots, outF, S*R] per row's slot and column's slice
+// out [n, outF] += t [n, S*R] · b [outF, slots, S*R] per row's slot and column's slice
 // (sliceStarts [S+1]). Returns S.
 int64_t expectExpand(OpArgs& a, const Tensor& out, const Tensor& t, const Tensor& w, const Tensor& slots,
                      const Tensor& starts);

@@ -169,10 +169,13 @@ export interface Binding {
    */
   loraShrink(t: Tensor, x: Tensor, a: Tensor, slotOfRow: Tensor, slotRanks?: Tensor): void;
   /**
-   * out[n, outF] += per row, t(slice of each output row) · B[slotOfRow]ᵀ. b: [slots, outF, S * R], row o
-   * holding its slice's R entries at that slice's place (zeros elsewhere), so t · b[slot]ᵀ is also the expand.
+   * out[n, outF] += per row, t(slice of each output row) · B[slotOfRow]ᵀ. b: [outF, slots, S * R], b[o, slot]
+   * holding o's slice's R entries at that slice's place (zeros elsewhere): so with t spread over every
+   * slot's place [n, slots * S * R] and masked (loraMask), t · b viewed [outF, slots * S * R]ᵀ is the expand.
    */
   loraExpand(out: Tensor, t: Tensor, b: Tensor, slotOfRow: Tensor, sliceStarts: Tensor, slotRanks?: Tensor): void;
+  /** t [n, slots * W]: row r keeps only its slot's W columns, [slot * W, (slot + 1) * W); slot 0 rows become 0. */
+  loraMask(t: Tensor, slotOfRow: Tensor, slots: number): void;
   /** rmsNorm, then loraShrink(t, out, a, slotOfRow): one launch on CUDA. */
   rmsNormShrink(out: Tensor, x: Tensor, w: Tensor, eps: number, t: Tensor, a: Tensor, slotOfRow: Tensor, slotRanks?: Tensor): void;
   /** siluMul, then loraShrink(t, out, a, slotOfRow): one launch on CUDA. */

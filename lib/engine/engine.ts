@@ -2,7 +2,7 @@
 // engine thread (worker.ts); nothing here waits on I/O.
 import { BlockManager } from './block_manager.js';
 import type { GraphStats } from './graph_runner.js';
-import { cudaGraphsSetting, overlapSetting, profileSetting } from './options.js';
+import { cudaGraphsSetting, loraGemmRowsSetting, overlapSetting, profileSetting } from './options.js';
 import { ModelRunner, type Launched, type Sampled } from './runner.js';
 import { Scheduler, type ScheduledSeq } from './scheduler.js';
 import { Sequence } from './sequence.js';
@@ -69,6 +69,7 @@ export class Engine {
     if (limits.lora) {
       this.lora = new LoraManager(model, limits.lora);
       model.lora = this.lora.weights;
+      model.loraGemmRows = loraGemmRowsSetting();
     }
     const lora = this.lora;
     const hooks = lora && {

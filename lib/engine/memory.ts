@@ -25,7 +25,7 @@ export interface MemoryPlan {
 export function memoryBesidesKv(config: ModelConfig, o: EngineOptions, placement: Placement, graphs: boolean): MemoryPlan {
   const targets = o.lora && new Set(o.lora.targets);
   const loraPool = o.lora ? slotWeightsBytes(config, o.lora.slots + 1, o.lora.maxRank, targets!, placement) : 0;
-  const cols = o.lora ? rankColumns(config, o.lora.maxRank, targets!) : undefined;
+  const cols = o.lora ? rankColumns(config, o.lora.slots + 1, o.lora.maxRank, targets!) : undefined;
   const cuda = placement.device === 'cuda';
   const graphRows = cuda && graphs ? graphBuckets(o.maxBatchSize, o.maxNumBatchedTokens).at(-1) ?? 0 : 0;
   const activations = workspaceBytes(config, placement, o.maxNumBatchedTokens, o.maxBatchSize, cols) +

@@ -65,6 +65,19 @@ export function overlapSetting(option: boolean | undefined, cuda: boolean, env: 
   return option ?? cuda;
 }
 
+/**
+ * From how many rows a step's adapters shrink and expand by GEMMs over every slot at once
+ * instead of the per-row kernels (LlamaModel.loraGemmRows): MSTAR_LORA_GEMM_ROWS, a
+ * tuning knob for benchmarks; by default 1024.
+ */
+export function loraGemmRowsSetting(env: NodeJS.ProcessEnv = process.env): number {
+  const raw = env.MSTAR_LORA_GEMM_ROWS?.trim();
+  if (!raw) return 1024;
+  const rows = raw === 'inf' ? Infinity : Number(raw);
+  if (!(rows >= 1)) throw new Error(`MSTAR_LORA_GEMM_ROWS=${raw} is not understood: use a row count, or inf`);
+  return rows;
+}
+
 /** MSTAR_PROFILE=1: the model runner times its steps and prints a summary (every 1000 steps, and at close). */
 export function profileSetting(env: NodeJS.ProcessEnv = process.env): boolean {
   return envSwitch('MSTAR_PROFILE', env) === true;

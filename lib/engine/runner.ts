@@ -9,7 +9,6 @@ import { addon, type Tensor } from '../addon/index.js';
 import type { KvCache, Model, StepInput, StepTensors } from '../models/index.js';
 import { Workspace } from '../models/workspace.js';
 import type { SlotWeights } from '../lora/slot_weights.js';
-import { slotRuns } from '../lora/slot_runs.js';
 import { GraphRunner, type GraphRunnerOptions, type GraphStats } from './graph_runner.js';
 import { unreadRows, type Launched, type Sampled } from './launched.js';
 import { Readback } from './readback.js';
@@ -108,10 +107,7 @@ export class ModelRunner {
    * rows whose token is unread fed from the id buffer prev left (feedTokens), samples into
    * that buffer and back through the readback.
    */
-  private runEager(unsorted: readonly ScheduledSeq[], prev?: Launched): Launched {
-    // Sequences of one adapter side by side: their rows make one run (slot_runs.ts). The
-    // samples come back in this order, which the returned batch keeps.
-    const batch = [...unsorted].sort((p, q) => p.seq.slot - q.seq.slot);
+  private runEager(batch: readonly ScheduledSeq[], prev?: Launched): Launched {
     const sampling = batch.filter((e) => e.samples);
     if (sampling.length > this.ids.shape[0]) {
       throw new Error(`model runner: ${sampling.length} rows sample, the id buffer holds ${this.ids.shape[0]}`);
@@ -163,10 +159,7 @@ export class ModelRunner {
     const step: StepTensors = {
       numTokens: n, tokens: v.tokens, positions: v.positions, slots: v.slots, queryStarts: v.queryStarts,
       contextLens: v.contextLens, blockTables: v.blockTables, logitRows: v.logitRows,
-      lora: s.lora && {
-        rowSlots: v.rowSlots, logitSlots: v.logitSlots, embedRows: v.embedRows,
-        rowRuns: slotRuns(s.lora.rowSlots), logitRuns: slotRuns(s.lora.logitSlots),
-      },
+      lora: s.lora && { rowSlots: v.rowSlots, logitSlots: v.logitSlots, embedRows: v.embedRows },
       dispose: () => views.forEach((t) => t.dispose()),
     };
     return { step, topK: v.topK, steps: v.steps, temperature: v.temperature, topP: v.topP, seeds: v.seeds };

@@ -1,10 +1,12 @@
 // The pool's device-side storage: for every LoRA target weight, A and B stacked over slots.
-// Linear targets: a [slots, slices * R, in], b [slots, out, slices * R] (output row o of slice j
-// holds its R entries at columns j * R: a[slot] and b[slot] are then a plain projection pair,
-// which runs of rows of one slot use as GEMMs). Embedding: a holds Aᵀ as
-// [slots, vocab, R] so a row gather does the shrink. Scales are folded into b at load; ranks
-// below R are zero-padded, and `ranks` tells the kernels each slot's rank per slice, so the
-// padding is neither read nor multiplied.
+// Linear targets: a [slots, slices * R, in], b [out, slots, slices * R], where b[o, slot] holds
+// o's slice's R entries at that slice's place (zeros at the other slices'). Viewed 2-D, a is
+// [slots * slices * R, in] and b [out, slots * slices * R]: a prefill-sized step shrinks by every
+// slot at once (x · aᵀ, one GEMM), keeps each row's own slot (loraMask) and expands by every
+// slot at once (t · bᵀ, one GEMM). Embedding: a holds Aᵀ as [slots, vocab, R] so a row gather
+// does the shrink; b is [hidden, slots, R]. Scales are folded into b at load; ranks below R
+// are zero-padded (the GEMMs multiply the zeros), and `ranks` tells the kernels each slot's
+// rank per slice, so they neither read nor multiply the padding.
 import { addon, type Tensor, type UploadRegion } from '../addon/index.js';
 import type { ModelConfig } from '../checkpoint/config.js';
 import { rulesFor } from '../checkpoint/families/index.js';
@@ -21,6 +23,9 @@ export interface LoraTarget {
   sliceStarts: Tensor;
   a: Tensor;
   b: Tensor;
+  /** a as [slots * slices * R, in] and b as [out, slots * slices * R]: every slot's pair at once. */
+  aAll: Tensor;
+  bAll: Tensor;
   /** i32 [slots, slices]: each slot's rank in each slice (0: nothing there), and its host copy. */
   ranks: Tensor;
   hostRanks: Int32Array;
@@ -45,7 +50,7 @@ function targetShapes(config: ModelConfig, numSlots: number, rank: number, targe
       return {
         weight, embedding, slices: embedding ? 1 : weight.parts.length,
         a: embedding ? [numSlots, rows, rank] : [numSlots, weight.parts.length * rank, cols],
-        b: [numSlots, embedding ? cols : rows, embedding ? rank : weight.parts.length * rank],
+        b: [embedding ? cols : rows, numSlots, embedding ? rank : weight.parts.length * rank],
       };
     });
 }
@@ -58,24 +63,26 @@ export function slotWeightsBytes(
   return targetShapes(config, numSlots, rank, targets).reduce((n, t) => n + floatBytes(placement.act) * (elements(t.a) + elements(t.b)), 0);
 }
 
-/** Widest rank-space row the pool's targets need: slices * rank (linear), rank (embedding). */
-export function rankColumns(config: ModelConfig, rank: number, targets: ReadonlySet<string>): number {
-  return columnsOf(targetShapes(config, 1, rank, targets), rank);
+/** Widest rank-space row the pool's targets need, every slot's at once: slots * slices * rank (linear), slots * rank (embedding). */
+export function rankColumns(config: ModelConfig, numSlots: number, rank: number, targets: ReadonlySet<string>): number {
+  return columnsOf(targetShapes(config, numSlots, rank, targets), numSlots, rank);
 }
 
-function columnsOf(shapes: readonly TargetShape[], rank: number): number {
-  return Math.max(1, ...shapes.map((t) => t.slices * rank));
+function columnsOf(shapes: readonly TargetShape[], numSlots: number, rank: number): number {
+  return numSlots * Math.max(1, ...shapes.map((t) => t.slices * rank));
 }
 
 export class SlotWeights {
   readonly targets = new Map<string, LoraTarget>();
   /** Widest rank-space row its targets need (rankColumns): the width of a step's shrink buffer. */
   readonly columns: number;
+  /** Host zeros, as many as one slot's b of the largest target holds: clearing a slot's b (strided) copies them. */
+  private readonly zeros: Tensor;
   /** Every target's ranks, one after the other: a slot load sends them in one copy. */
   private readonly ranks: Tensor;
   private readonly hostRanks: Int32Array;
-  /** Per target, each slot's [rows, cols] views of a and b (made once: loads are frequent). */
-  private readonly slotViews = new Map<LoraTarget, { a: Tensor; b: Tensor }[]>();
+  /** Per target, each slot's [rows, cols] view of a, and the [out, slices * R] zeros that clear its b (made once: loads are frequent). */
+  private readonly slotViews = new Map<LoraTarget, { a: Tensor[]; bZeros: Tensor }>();
 
   /** `targets`: HF module names; a fused weight gets slots if any of its parts is a target. */
   constructor(
@@ -84,7 +91,9 @@ export class SlotWeights {
   ) {
     const { act, device } = placement;
     const shapes = targetShapes(config, numSlots, rank, targets);
-    this.columns = columnsOf(shapes, rank);
+    this.columns = columnsOf(shapes, numSlots, rank);
+    this.zeros = addon.pinnedEmpty(act, [Math.max(1, ...shapes.map((t) => t.b[0] * t.b[2]))]);
+    addon.fill(this.zeros, 0);
     const total = shapes.reduce((n, t) => n + numSlots * t.slices, 0);
     this.ranks = addon.zeros('i32', [Math.max(1, total)], device);
     this.hostRanks = new Int32Array(Math.max(1, total));
@@ -95,18 +104,21 @@ export class SlotWeights {
       const span = this.ranks.narrow(at, numSlots * slices);
       // An embedding's delta covers the whole hidden vector: one slice.
       const starts = embedding ? [0, cols] : [...offsets, rows];
+      const aStack = addon.zeros(act, a, device), bStack = addon.zeros(act, b, device);
       const t: LoraTarget = {
         name: w.name, embedding, sliceOffsets: offsets,
         sliceStarts: addon.fromArray('i32', [starts.length], Int32Array.from(starts), device),
-        a: addon.zeros(act, a, device),
-        b: addon.zeros(act, b, device),
+        a: aStack, b: bStack,
+        aAll: aStack.view([a[0] * a[1], a[2]]), bAll: bStack.view([b[0], b[1] * b[2]]),
         ranks: span.view([numSlots, slices]),
         hostRanks: this.hostRanks.subarray(at, at + numSlots * slices),
       };
       span.dispose();
       at += numSlots * slices;
       this.targets.set(w.name, t);
-      this.slotViews.set(t, Array.from({ length: numSlots }, (_, slot) => ({ a: slice(t.a, slot), b: slice(t.b, slot) })));
+      const zeros = this.zeros.narrow(0, b[0] * b[2]);
+      this.slotViews.set(t, { a: Array.from({ length: numSlots }, (_, slot) => slice(t.a, slot)), bZeros: zeros.view([b[0], b[2]]) });
+      zeros.dispose();
     }
   }
 
@@ -121,8 +133,10 @@ export class SlotWeights {
     for (const { module: m, a, b } of host.modules) {
       const t = this.targets.get(m.location.engine)!;
       const j = t.embedding ? 0 : t.sliceOffsets.indexOf(m.location.rowOffset);
-      const { a: aSlot, b: bSlot } = this.slotViews.get(t)![slot];
-      regions.push({ dst: aSlot, src: a, row: j * this.rank }, { dst: bSlot, src: b, row: t.embedding ? 0 : m.location.rowOffset, col: j * this.rank });
+      regions.push(
+        { dst: this.slotViews.get(t)!.a[slot], src: a, row: j * this.rank },
+        { dst: t.bAll, src: b, row: t.embedding ? 0 : m.location.rowOffset, col: (slot * t.ranks.shape[1] + j) * this.rank },
+      );
       this.slotRanks(t, slot)[j] = m.rank;
     }
     // A target the adapter covers only in part keeps zeros elsewhere: zero it first (the
@@ -138,11 +152,6 @@ export class SlotWeights {
     this.ranks.copyFromAsync(this.hostRanks);
   }
 
-  /** Slot `slot`'s a [slices * R, in] and b [out, slices * R] of target t: a projection pair (views kept by the pool). */
-  slot(t: LoraTarget, slot: number): { a: Tensor; b: Tensor } {
-    return this.slotViews.get(t)![slot];
-  }
-
   /** The host copy of one slot's ranks in target t, one entry per slice. */
   private slotRanks(t: LoraTarget, slot: number): Int32Array {
     const slices = t.ranks.shape[1];
@@ -150,14 +159,19 @@ export class SlotWeights {
   }
 
   private zeroRegions(targets: LoraTarget[], slot: number): UploadRegion[] {
-    return targets.flatMap((t) => [{ dst: this.slotViews.get(t)![slot].a }, { dst: this.slotViews.get(t)![slot].b }]);
+    return targets.flatMap((t) => {
+      const v = this.slotViews.get(t)!;
+      return [{ dst: v.a[slot] }, { dst: t.bAll, src: v.bZeros, col: slot * v.bZeros.shape[1] }];
+    });
   }
 
   dispose(): void {
     for (const t of this.targets.values()) {
-      for (const v of this.slotViews.get(t)!) [v.a, v.b].forEach((x) => x.dispose());
-      [t.a, t.b, t.sliceStarts, t.ranks].forEach((x) => x.dispose());
+      const v = this.slotViews.get(t)!;
+      [...v.a, v.bZeros].forEach((x) => x.dispose());
+      [t.a, t.b, t.aAll, t.bAll, t.sliceStarts, t.ranks].forEach((x) => x.dispose());
     }
+    this.zeros.dispose();
     this.ranks.dispose();
   }
 }

@@ -2,7 +2,6 @@
 // per-head RMSNorm on q and k.
 import { addon, type Tensor } from '../addon/index.js';
 import type { ModelConfig } from '../checkpoint/config.js';
-import type { SlotRun } from '../lora/slot_runs.js';
 import type { LoraTarget, SlotWeights } from '../lora/slot_weights.js';
 import type { KvCache } from './kv_cache.js';
 import { CPU, type Placement } from './placement.js';
@@ -20,11 +19,12 @@ export class LlamaModel {
   /** The adapter pool's slot weights, when LoRA is on; rows then add their slot's delta. */
   lora?: SlotWeights;
   /**
-   * A step whose runs of rows of one adapter are known, with this many rows a run on
-   * average, shrinks and expands by GEMMs, run by run, instead of the per-row kernels
-   * (tests move it to compare the two).
+   * From this many rows (prefill-sized steps, never a captured decode step) the adapters
+   * shrink and expand by GEMMs over every slot at once instead of the per-row kernels, made
+   * for decode's few rows, which spent 100-200 µs an op at 4096 rows of Qwen3-0.6B (the
+   * engine sets it from MSTAR_LORA_GEMM_ROWS; tests move it to compare the two).
    */
-  loraGemmRows = 64;
+  loraGemmRows = 1024;
 
   constructor(readonly config: ModelConfig, readonly weights: Weights, readonly placement: Placement = CPU) {
     const { invFreq } = ropeInvFreq(config.rope, config.headDim);
@@ -76,17 +76,14 @@ export class LlamaModel {
     // The rank-space rows of an adapted projection. One buffer serves every target: each
     // use ends (in stream order) before the next begins.
     const shrunk = (t: LoraTarget, rows: number) => buffer('lora', rows, t.a.shape[1]);
-    const gemmRuns = (runs: SlotRun[] | undefined, rows: number) =>
-      runs && rows >= this.loraGemmRows * Math.max(1, runs.length) ? runs : undefined;
-    const rowRuns = gemmRuns(step.lora?.rowRuns, n);
-    /** Each run's rows of `into` (+)= their rows of `from` · (a or b of the run's slot)ᵀ. */
-    const byRuns = (into: Tensor, from: Tensor, t: LoraTarget, runs: SlotRun[], which: 'a' | 'b') => {
-      for (const { slot, start, count } of runs) {
-        const dst = into.narrow(start, count), src = from.narrow(start, count);
-        addon.linear(dst, src, lora!.weights.slot(t, slot)[which], null, which === 'b');
-        dst.dispose();
-        src.dispose();
-      }
+    const gemms = n >= this.loraGemmRows;
+    const numSlots = lora?.weights.numSlots ?? 0;
+    /** By GEMMs: s [rows, slots * S * R] = input · aᵀ by every slot, then each row keeps its own slot's part. */
+    const shrinkAll = (t: LoraTarget, input: Tensor, slots: Tensor): Tensor => {
+      const s = buffer('lora', input.shape[0], t.aAll.shape[0]);
+      addon.linear(s, input, t.aAll, null);
+      addon.loraMask(s, slots, numSlots);
+      return s;
     };
     /**
      * x = rmsNorm(residual): with the shrink of x for `next` when it is adapted, made
@@ -95,30 +92,31 @@ export class LlamaModel {
      */
     const norm = (weight: string, next?: string): Tensor | undefined => {
       const t = next ? adapted(next) : undefined;
-      if (!t || !lora || rowRuns) addon.rmsNorm(x, residual, this.w(weight), c.rmsNormEps);
+      if (!t || !lora || gemms) addon.rmsNorm(x, residual, this.w(weight), c.rmsNormEps);
       if (!t || !lora) return undefined;
+      if (gemms) return shrinkAll(t, x, lora.plan.rowSlots);
       const s = shrunk(t, n);
-      if (rowRuns) byRuns(s, x, t, rowRuns, 'a');
-      else addon.rmsNormShrink(x, residual, this.w(weight), c.rmsNormEps, s, t.a, lora.plan.rowSlots, t.ranks);
+      addon.rmsNormShrink(x, residual, this.w(weight), c.rmsNormEps, s, t.a, lora.plan.rowSlots, t.ranks);
       return s;
     };
     /** act = SiLU(gate) · up: with the shrink of act for `next` when it is adapted, made where act is made. */
     const activate = (next: string): Tensor | undefined => {
       const t = adapted(next);
-      if (!t || !lora || rowRuns) addon.siluMul(act, gateUp);
+      if (!t || !lora || gemms) addon.siluMul(act, gateUp);
       if (!t || !lora) return undefined;
+      if (gemms) return shrinkAll(t, act, lora.plan.rowSlots);
       const s = shrunk(t, n);
-      if (rowRuns) byRuns(s, act, t, rowRuns, 'a');
-      else addon.siluMulShrink(act, gateUp, s, t.a, lora.plan.rowSlots, t.ranks);
+      addon.siluMulShrink(act, gateUp, s, t.a, lora.plan.rowSlots, t.ranks);
       return s;
     };
     /**
      * out = input · Wᵀ (+ bias) plus each row's adapter delta (out += with accumulate);
-     * `s`: the adapter's shrink of input, if made already. `runs`: where given, the shrink
-     * and expand go run by run as GEMMs (accumulating, through the `x` buffer, free while
-     * o and down project: the delta joins the projection before the residual takes it).
+     * `s`: the adapter's shrink of input, if made already. By GEMMs (prefill-sized steps)
+     * the expand is one more GEMM, s · bᵀ over every slot; accumulating, the projection and
+     * its delta meet in the `x` buffer (free while o and down project) before the residual
+     * takes them, as transformers adds them.
      */
-    type ProjectOptions = { s?: Tensor; slots?: Tensor; runs?: SlotRun[]; accumulate?: boolean };
+    type ProjectOptions = { s?: Tensor; slots?: Tensor; accumulate?: boolean };
     const project = (out: Tensor, input: Tensor, name: string, o: ProjectOptions = {}) => {
       const t = adapted(name);
       const slots = o.slots ?? lora?.plan.rowSlots;
@@ -127,16 +125,17 @@ export class LlamaModel {
         return;
       }
       const rows = input.shape[0];
+      const byGemms = rows >= this.loraGemmRows;
       let s = o.s;
+      if (!s && byGemms) s = shrinkAll(t, input, slots);
       if (!s) {
         s = shrunk(t, rows);
-        if (o.runs) byRuns(s, input, t, o.runs, 'a');
-        else addon.loraShrink(s, input, t.a, slots, t.ranks);
+        addon.loraShrink(s, input, t.a, slots, t.ranks);
       }
-      if (o.runs) {
+      if (byGemms) {
         const y = o.accumulate ? buffer('x', rows, out.shape[1]) : out;
         addon.linear(y, input, this.w(name), this.bias(name));
-        byRuns(y, s, t, o.runs, 'b');
+        addon.linear(y, s, t.bAll, null, true);
         if (o.accumulate) {
           addon.add(out, out, y);
           y.dispose();
@@ -148,17 +147,17 @@ export class LlamaModel {
     };
     for (let l = 0; l < c.numLayers; l++) {
       const p = `layers.${l}`;
-      project(qkv, x, `${p}.qkv`, { s: norm(`${p}.attn_norm`, `${p}.qkv`), runs: rowRuns });
+      project(qkv, x, `${p}.qkv`, { s: norm(`${p}.attn_norm`, `${p}.qkv`) });
       const [qNorm, kNorm] = this.qkNorms(l) ?? [null, null];
       addon.ropeKvWrite(qkv, step.positions, this.invFreq, kv.k[l], kv.v[l], step.slots, qNorm, kNorm, H, K, hd, c.rmsNormEps);
       addon.pagedAttention(attn, qkv, kv.k[l], kv.v[l], step.blockTables, step.queryStarts, step.contextLens, H, K, hd, this.scale);
-      project(residual, attn, `${p}.o`, { accumulate: true, runs: rowRuns });
-      project(gateUp, x, `${p}.gate_up`, { s: norm(`${p}.mlp_norm`, `${p}.gate_up`), runs: rowRuns });
-      project(residual, act, `${p}.down`, { s: activate(`${p}.down`), accumulate: true, runs: rowRuns });
+      project(residual, attn, `${p}.o`, { accumulate: true });
+      project(gateUp, x, `${p}.gate_up`, { s: norm(`${p}.mlp_norm`, `${p}.gate_up`) });
+      project(residual, act, `${p}.down`, { s: activate(`${p}.down`), accumulate: true });
     }
     norm('final_norm');
     addon.gatherRows(last, x, step.logitRows);
-    project(logits, last, 'lm_head', { slots: lora?.plan.logitSlots, runs: gemmRuns(lora?.plan.logitRuns, rows) });
+    project(logits, last, 'lm_head', { slots: lora?.plan.logitSlots });
     for (const t of [residual, x, qkv, attn, gateUp, act, last]) t.dispose();
     return logits;
   }
@@ -166,13 +165,10 @@ export class LlamaModel {
   private loraEmbedding(residual: Tensor, weights: SlotWeights, plan: NonNullable<StepTensors['lora']>, buffer: Buffers): void {
     const t = weights.targets.get('embed');
     if (!t) return;
-    const [slots, vocab, rank] = t.a.shape;
-    const table = t.a.view([slots * vocab, rank]);
-    const shrunk = buffer('lora', plan.embedRows.shape[0], rank);
-    addon.gatherRows(shrunk, table, plan.embedRows);
+    const shrunk = buffer('lora', plan.embedRows.shape[0], t.aAll.shape[1]);
+    addon.gatherRows(shrunk, t.aAll, plan.embedRows);  // aAll: Aᵀ of every slot, [slots * vocab, R]
     addon.loraExpand(residual, shrunk, t.b, plan.rowSlots, t.sliceStarts, t.ranks);
     shrunk.dispose();
-    table.dispose();
   }
 
   dispose(): void {

@@ -1,7 +1,6 @@
 // What one forward step runs: the new tokens of every scheduled sequence, where their
 // keys and values go in the paged cache, and which rows need logits.
 import { addon, type DeviceName, type Tensor } from '../addon/index.js';
-import { slotRuns, type SlotRun } from '../lora/slot_runs.js';
 
 export interface StepInput {
   /** New tokens of all sequences, concatenated. */
@@ -43,20 +42,8 @@ export interface StepTensors {
   contextLens: Tensor;
   blockTables: Tensor;
   logitRows: Tensor;
-  lora?: LoraTensors;
+  lora?: { rowSlots: Tensor; logitSlots: Tensor; embedRows: Tensor };
   dispose(): void;
-}
-
-export interface LoraTensors {
-  rowSlots: Tensor;
-  logitSlots: Tensor;
-  embedRows: Tensor;
-  /**
-   * The runs of rows (and of logit rows) with one adapter, where the host knows them (eager
-   * steps): many rows then shrink and expand by GEMMs, run by run. A replayed graph has none.
-   */
-  rowRuns?: SlotRun[];
-  logitRuns?: SlotRun[];
 }
 
 export function stepTensors(s: StepInput, device: DeviceName = 'cpu'): StepTensors {
@@ -78,7 +65,7 @@ export function stepTensors(s: StepInput, device: DeviceName = 'cpu'): StepTenso
   };
   return {
     ...all,
-    lora: lora && { ...lora, rowRuns: slotRuns(s.lora!.rowSlots), logitRuns: slotRuns(s.lora!.logitSlots) },
+    lora,
     numTokens: s.tokens.length,
     dispose: () => [...Object.values(all), ...Object.values(lora ?? {})].forEach((t) => t.dispose()),
   };

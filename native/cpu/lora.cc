@@ -28,8 +28,17 @@ void loraShrink(float* t, const float* x, Weights a, const int32_t* slotOfRow, i
   });
 }
 
-void loraExpand(float* out, const float* t, Weights b, const int32_t* slotOfRow, const int32_t* sliceStarts,
-                int64_t numSlices, int64_t n, int64_t outF, int64_t rank, const int32_t* slotRanks) {
+void loraMask(float* t, const int32_t* slotOfRow, int64_t numSlots, int64_t n, int64_t width) {
+  for (int64_t r = 0; r < n; ++r) {
+    const int32_t slot = slotOfRow[r];
+    for (int64_t c = 0; c < numSlots * width; ++c)
+      if (slot <= 0 || slot >= numSlots || c / width != slot) t[r * numSlots * width + c] = 0;
+  }
+}
+
+void loraExpand(float* out, const float* t, Weights b, int64_t numSlots, const int32_t* slotOfRow,
+                const int32_t* sliceStarts, int64_t numSlices, int64_t n, int64_t outF, int64_t rank,
+                const int32_t* slotRanks) {
   parallelFor(n, 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       int32_t slot = slotOfRow[r];
@@ -38,7 +47,8 @@ void loraExpand(float* out, const float* t, Weights b, const int32_t* slotOfRow,
         const float* ts = t + (r * numSlices + s) * rank;
         const int64_t used = slotRanks ? slotRanks[slot * numSlices + s] : rank;
         for (int64_t o = sliceStarts[s]; o < sliceStarts[s + 1]; ++o) {
-          size_t row = ((size_t(slot) * size_t(outF) + size_t(o)) * size_t(numSlices) + size_t(s)) * size_t(rank);
+          // b: [outF, slots, slices * rank]
+          size_t row = ((size_t(o) * size_t(numSlots) + size_t(slot)) * size_t(numSlices) + size_t(s)) * size_t(rank);
           float acc = 0;
           for (int64_t k = 0; k < used; ++k) acc += ts[k] * loadFloat(b.data, b.dtype, row + size_t(k));
           out[r * outF + o] += acc;

@@ -69,8 +69,12 @@ void logprobs(float* chosenLp, int32_t* topIds, float* topLp, int64_t k, const f
 // neither read nor multiplied.
 void loraShrink(float* t, const float* x, Weights a, const int32_t* slotOfRow, int64_t n, int64_t in,
                 int64_t rankRows, const int32_t* slotRanks = nullptr, int64_t slices = 1);
-void loraExpand(float* out, const float* t, Weights b, const int32_t* slotOfRow, const int32_t* sliceStarts,
-                int64_t numSlices, int64_t n, int64_t outF, int64_t rank, const int32_t* slotRanks = nullptr);
+// t [n, numSlots * width]: row r keeps only its slot's width columns (slot 0 or out of range: none).
+void loraMask(float* t, const int32_t* slotOfRow, int64_t numSlots, int64_t n, int64_t width);
+// b: [outF, numSlots, numSlices * rank].
+void loraExpand(float* out, const float* t, Weights b, int64_t numSlots, const int32_t* slotOfRow,
+                const int32_t* sliceStarts, int64_t numSlices, int64_t n, int64_t outF, int64_t rank,
+                const int32_t* slotRanks = nullptr);
 // Writes scale * src (or its transpose) into a 2-D dst at (rowOffset, colOffset).
 void copyRegion(void* dst, DType dt, int64_t dstCols, const void* src, DType st, int64_t rows, int64_t cols,
                 int64_t rowOffset, int64_t colOffset, float scale, bool transpose);

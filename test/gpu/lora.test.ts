@@ -30,7 +30,7 @@ describeGpu('cuda lora', () => {
         // Slots 0..4, never slot 2 (an empty segment), slot 0 included when n > 1.
         const slots = Array.from({ length: n }, (_, r) => [0, 1, 3, 4][(r * 7 + 3) % 4]);
         const a = weightPair(wd, [NUM_SLOTS, numSlices * rank, inF], rng.floats(NUM_SLOTS * numSlices * rank * inF));
-        const b = weightPair(wd, [NUM_SLOTS, outF, numSlices * rank], rng.floats(NUM_SLOTS * outF * numSlices * rank));
+        const b = weightPair(wd, [outF, NUM_SLOTS, numSlices * rank], rng.floats(NUM_SLOTS * outF * numSlices * rank));
         const x = rounded(act, rng.floats(n * inF));
 
         const tCpu = addon.empty('f32', [n, numSlices * rank]);
@@ -85,7 +85,7 @@ describeGpu('cuda lora', () => {
       const cpuSlots = slots.map((v) => (v >= NUM_SLOTS ? 0 : v));
       const R = numSlices * rank;
       const a = weightPair('bf16', [NUM_SLOTS, R, inF], rng.floats(NUM_SLOTS * R * inF, -0.1, 0.1));
-      const b = weightPair('bf16', [NUM_SLOTS, outF, R], rng.floats(NUM_SLOTS * outF * R, -0.1, 0.1));
+      const b = weightPair('bf16', [outF, NUM_SLOTS, R], rng.floats(NUM_SLOTS * outF * R, -0.1, 0.1));
       const normW = weightPair('bf16', [inF], rng.floats(inF, 0.5, 1.5));
       const w = weightPair('bf16', [outF, inF], rng.floats(outF * inF, -0.05, 0.05));
       const bias = weightPair('bf16', [outF], rng.floats(outF));
@@ -159,13 +159,13 @@ describeGpu('cuda lora', () => {
       v.map((x, i) => { const [slot, s, k] = kOf(i); return k < ranks[slot * S + s] ? x : fill; });
     const aVals = rng.floats(NUM_SLOTS * S * R * inF, -0.1, 0.1), bVals = rng.floats(NUM_SLOTS * outF * S * R, -0.1, 0.1);
     const aKey = (i: number): [number, number, number] => { const k = Math.floor(i / inF) % (S * R); return [Math.floor(i / (inF * S * R)), Math.floor(k / R), k % R]; };
-    // b [slots, outF, S * R]: an entry outside its row's slice reads as padding (k = R: never read).
+    // b [outF, slots, S * R]: an entry outside its row's slice reads as padding (k = R: never read).
     const bKey = (i: number): [number, number, number] => {
-      const col = i % (S * R), s = sliceOf(Math.floor(i / (S * R)) % outF);
-      return [Math.floor(i / (S * R * outF)), s, Math.floor(col / R) === s ? col % R : R];
+      const col = i % (S * R), s = sliceOf(Math.floor(i / (S * R * NUM_SLOTS)));
+      return [Math.floor(i / (S * R)) % NUM_SLOTS, s, Math.floor(col / R) === s ? col % R : R];
     };
     const a = { nan: onCuda('bf16', [NUM_SLOTS, S * R, inF], pad(aVals, aKey, NaN)), zero: onCpu([NUM_SLOTS, S * R, inF], rounded('bf16', pad(aVals, aKey, 0))) };
-    const b = { nan: onCuda('bf16', [NUM_SLOTS, outF, S * R], pad(bVals, bKey, NaN)), zero: onCpu([NUM_SLOTS, outF, S * R], rounded('bf16', pad(bVals, bKey, 0))) };
+    const b = { nan: onCuda('bf16', [outF, NUM_SLOTS, S * R], pad(bVals, bKey, NaN)), zero: onCpu([outF, NUM_SLOTS, S * R], rounded('bf16', pad(bVals, bKey, 0))) };
     const x = rounded('bf16', rng.floats(n * inF)), gu = rounded('bf16', rng.floats(n * 2 * inF, -3, 3)), w = rounded('bf16', rng.floats(inF, 0.5, 1.5));
     const lw = rounded('bf16', rng.floats(outF * inF, -0.05, 0.05)), base = rounded('bf16', rng.floats(n * outF));
     const sr = onCuda('i32', [NUM_SLOTS, S], ranks);

@@ -129,7 +129,7 @@ it.runIf(HAS_CUDA && process.env.MSTAR_GPU_TIMING === '1')('timings', () => {
     // 8 copies of each weight (more than the 50 MB L2 holds together), call i using copy i % 8.
     const copies = <T,>(make: (seed: number) => T) => Array.from({ length: 8 }, (_, i) => make(100 + i));
     const a = (rows: number, inF: number) => copies((seed) => randn('bf16', [slots, rows, inF], seed, 0.05));
-    const b = (outF: number, slices: number) => copies((seed) => randn('bf16', [slots, outF, slices * rank], seed, 0.05));
+    const b = (outF: number, slices: number) => copies((seed) => randn('bf16', [outF, slots, slices * rank], seed, 0.05));
     const w = (outF: number, inF: number) => copies((seed) => randn('bf16', [outF, inF], seed, 0.02));
     const starts = (widths: number[]) => onCuda('i32', [widths.length + 1], widths.reduce((acc, w) => [...acc, acc[acc.length - 1] + w], [0]));
     const x = randn('bf16', [n, 1024], 13), normW = randn('bf16', [1024], 14, 1), xOut = addon.empty('bf16', [n, 1024], 'cuda');

@@ -1,6 +1,6 @@
 // Each row's adapter delta equals serving merged weights W + s·B·A, per target, exactly
 // (fp32 on both sides), and rows of other slots (or slot 0) are untouched: by the per-row
-// kernels, and by GEMMs over runs of rows of one slot (what prefill-sized steps use).
+// kernels, and by GEMMs over every slot at once (what prefill-sized steps use).
 import { ALL_TARGETS } from '../../lib/lora/adapter.js';
 import { describe, expect, it } from 'vitest';
 
@@ -63,7 +63,7 @@ describe('LoRA equals merged weights', () => {
   ];
 
   for (const [label, modules, config, scale] of cases) for (const gemmRows of [Infinity, 1]) {
-    it(`${label}, ${gemmRows === 1 ? 'GEMMs by runs of rows' : 'per-row kernels'}`, async () => {
+    it(`${label}, ${gemmRows === 1 ? 'GEMMs over every slot' : 'per-row kernels'}`, async () => {
       base.loraGemmRows = gemmRows;
       const { dir: adapterDir, modules: made } = await writeAdapter(modules, config);
       const lora = new LoraManager(base, { slots: 2, maxRank: 16, hostCache: 2, targets: ALL });
@@ -92,7 +92,7 @@ describe('LoRA equals merged weights', () => {
       expect(relativeError(withLora[0], plain[0])).toBeGreaterThan(1e-3);  // the adapter did something
       merged.dispose();
       lora.weights.dispose();
-      base.loraGemmRows = 64;
+      base.loraGemmRows = 1024;
     });
   }
 });

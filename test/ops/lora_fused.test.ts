@@ -4,7 +4,7 @@
 // these in test/gpu/lora.test.ts). Refused calls change nothing.
 import { describe, expect, it } from 'vitest';
 
-import { addon, expectOpError, expectSame, f32, floats, i32 } from './helpers.js';
+import { addon, expectClose, expectOpError, expectSame, f32, floats, i32 } from './helpers.js';
 import { Rng } from './random.js';
 
 const [n, dim, rank, numSlots] = [5, 12, 3, 4];
@@ -84,7 +84,7 @@ describe('linearExpand', () => {
       const d = data(3);
       const base = d.lw.subarray(0, n * outF);
       const args = () => [f32([n, dim], d.x), f32([outF, dim], d.lw), withBias ? f32([outF], d.bias) : null] as const;
-      const lora = () => [f32([n, 3 * rank], d.t), f32([numSlots, outF, 3 * rank], d.b), i32([n], slots), i32([4], starts)] as const;
+      const lora = () => [f32([n, 3 * rank], d.t), f32([outF, numSlots, 3 * rank], d.b), i32([n], slots), i32([4], starts)] as const;
       // transformers' order: residual + (projection + adapter delta)
       const delta = addon.empty('f32', [n, outF]);
       addon.linear(delta, ...args());
@@ -103,7 +103,7 @@ describe('linearExpand', () => {
     const before = floats(out);
     const call = (o: { starts?: number[]; slots?: number[]; t?: ReturnType<typeof f32> }) => () =>
       addon.linearExpand(out, f32([n, dim], d.x), f32([outF, dim], d.lw), null, o.t ?? f32([n, 3 * rank], d.t),
-        f32([numSlots, outF, 3 * rank], d.b), i32([n], o.slots ?? slots), i32([(o.starts ?? starts).length], o.starts ?? starts));
+        f32([outF, numSlots, 3 * rank], d.b), i32([n], o.slots ?? slots), i32([(o.starts ?? starts).length], o.starts ?? starts));
     expectOpError(call({ starts: [0, 6, 10, 13] }), /^linearExpand: sliceStarts must run from 0 to out's width/);
     expectOpError(call({ slots: [0, 0, 0, 0, -1] }), /^linearExpand: slotOfRow\[4\] = -1 is not one of the 4 slots/);
     expectOpError(call({ t: f32([n, 2], new Float32Array(n * 2)) }), /^linearExpand: t \(\[n, slices \* rank\]\) must be \[5, 9\]/);
@@ -121,10 +121,10 @@ describe('slotRanks', () => {
     const k = Math.floor(i / dim) % (S * R), slot = Math.floor(i / (dim * S * R));
     return k % R < ranks[slot * S + Math.floor(k / R)] ? v : fill;
   });
-  // b [slots, outF, S * R]: row o's entries of its own slice, below the slot's rank, are read;
+  // b [outF, slots, S * R]: row o's entries of its own slice, below the slot's rank, are read;
   // the rest (padding, other slices' places) is filled.
   const padB = (b: Float32Array, fill: number) => b.map((v, i) => {
-    const col = i % (S * R), o = Math.floor(i / (S * R)) % outF, slot = Math.floor(i / (S * R * outF));
+    const col = i % (S * R), slot = Math.floor(i / (S * R)) % numSlots, o = Math.floor(i / (S * R * numSlots));
     const s = starts.findIndex((st, j) => j < S && o >= st && o < starts[j + 1]);
     return Math.floor(col / R) === s && col % R < ranks[slot * S + s] ? v : fill;
   });
@@ -134,7 +134,7 @@ describe('slotRanks', () => {
     const sr = () => i32([numSlots, S], ranks);
     const slotT = () => i32([n], slots);
     const aOf = (fill: number) => f32([numSlots, S * R, dim], padA(d.a, fill));
-    const bOf = (fill: number) => f32([numSlots, outF, S * R], padB(d.b, fill));
+    const bOf = (fill: number) => f32([outF, numSlots, S * R], padB(d.b, fill));
     // Shrinks: plain, after rmsNorm, after siluMul.
     const shrinks: [string, (a: ReturnType<typeof f32>, ranked: boolean) => Float32Array][] = [
       ['loraShrink', (a, ranked) => { const t = addon.empty('f32', [n, S * R]); addon.loraShrink(t, f32([n, dim], d.x), a, slotT(), ranked ? sr() : undefined); return floats(t); }],
@@ -164,8 +164,42 @@ describe('slotRanks', () => {
       /^loraShrink: slotRanks .* must be \[slots, slices\] with the 9 rank rows of a split evenly/);
     expectOpError(() => addon.loraShrink(t, f32([n, dim], d.x), a, i32([n], slots), i32([numSlots, S], ranks.map((r) => (r === 2 ? 4 : r)))),
       /^loraShrink: slotRanks\[\d+\] = 4 is outside \[0, 3\]/);
-    expectOpError(() => addon.loraExpand(f32([n, outF], d.lw.subarray(0, n * outF)), f32([n, S * R], d.t), f32([numSlots, outF, S * R], d.b),
+    expectOpError(() => addon.loraExpand(f32([n, outF], d.lw.subarray(0, n * outF)), f32([n, S * R], d.t), f32([outF, numSlots, S * R], d.b),
       i32([n], slots), i32([4], starts), i32([numSlots + 1, S], new Array((numSlots + 1) * S).fill(1))), /^loraExpand: slotRanks \(\[slots, slices\]\) must be \[4, 3\]/);
     expect(floats(t).every((v) => v === 0)).toBe(true);
+  });
+});
+
+describe('loraMask, and the expand by every slot at once', () => {
+  it('keeps each row its own slot\'s columns only (slot 0: none)', () => {
+    const t = f32([3, 6], Float32Array.from({ length: 18 }, (_, i) => i + 1));
+    addon.loraMask(t, i32([3], [1, 0, 2]), 3);  // width 2: slot s owns columns 2s, 2s + 1
+    expect(Array.from(floats(t))).toEqual([0, 0, 3, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 17, 18]);
+  });
+
+  it('makes x · aᵀ (every slot), masked, then · bᵀ (every slot) equal loraShrink then loraExpand', () => {
+    const d = data(10), S = widths.length;
+    // b with zeros outside each row's slice, as the pool keeps it.
+    const bVals = d.b.map((v, i) => {
+      const o = Math.floor(i / (S * rank * numSlots)), s = starts.findIndex((st, j) => j < S && o >= st && o < starts[j + 1]);
+      return Math.floor((i % (S * rank)) / rank) === s ? v : 0;
+    });
+    const a = f32([numSlots, S * rank, dim], d.a), b = f32([outF, numSlots, S * rank], bVals);
+    const want = f32([n, outF], d.lw.subarray(0, n * outF)), t = addon.empty('f32', [n, S * rank]);
+    addon.loraShrink(t, f32([n, dim], d.x), a, i32([n], slots));
+    addon.loraExpand(want, t, b, i32([n], slots), i32([4], starts));
+    const got = f32([n, outF], d.lw.subarray(0, n * outF)), all = addon.empty('f32', [n, numSlots * S * rank]);
+    addon.linear(all, f32([n, dim], d.x), a.view([numSlots * S * rank, dim]), null);
+    addon.loraMask(all, i32([n], slots), numSlots);
+    addon.linear(got, all, b.view([outF, numSlots * S * rank]), null, true);
+    expectClose(floats(got), floats(want), 1e-5);
+  });
+
+  it('rejects bad arguments, naming them, and changes nothing', () => {
+    const t = f32([2, 6], Float32Array.from({ length: 12 }, (_, i) => i));
+    expectOpError(() => addon.loraMask(t, i32([2], [0, 1]), 4), /^loraMask: t .* must have slots \* width columns, slots = 4/);
+    expectOpError(() => addon.loraMask(t, i32([2], [0, 3]), 3), /^loraMask: slotOfRow\[1\] = 3 is not one of the 3 slots/);
+    expectOpError(() => addon.loraMask(t, i32([3], [0, 1, 2]), 3), /^loraMask: slotOfRow must be \[2\]/);
+    expect(Array.from(floats(t))).toEqual(Array.from({ length: 12 }, (_, i) => i));
   });
 });

@@ -1,6 +1,7 @@
-// A prefill-sized step's adapters by GEMMs over runs of rows of one slot (the path eager
-// steps of many rows take) against the per-row kernels, on CUDA in bf16, and both against
-// the CPU's fp32 logits: rows of two adapters and of none, fused q/k/v and gate/up slices.
+// A prefill-sized step's adapters by GEMMs over every slot at once (the path steps of many
+// rows take) against the per-row kernels, on CUDA in bf16, and both against the CPU's fp32
+// logits: rows of two adapters and of none, fused q/k/v and gate/up slices. Adapter rows must
+// be as close to the CPU as the kernels' (bf16 rounding differs between the two).
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect, it } from 'vitest';
@@ -50,23 +51,29 @@ async function withAdapters(model: Model): Promise<{ slots: number[]; close(): v
   return { slots, close: () => { model.lora = undefined; lora.dispose(); } };
 }
 
-describeGpu('LoRA by GEMMs over runs of rows', () => {
+describeGpu('LoRA by GEMMs over every slot', () => {
   it('equals the per-row kernels (bf16) and the CPU (fp32) for two adapters and base rows', async () => {
     const prompts = [0, 1, 2, 3].map((i) => Array.from({ length: 40 + 7 * i }, (_, j) => 3 + ((i * 131 + j * 17) % 400)));
     const dir = join(FIXTURES, 'models', MODEL);
     const cuda = loadModel(dir, { placement: cudaPlacement('bf16') }), cpu = loadModel(dir, { dtype: 'f32' });
     const [onCuda, onCpu] = [await withAdapters(cuda), await withAdapters(cpu)];
     const [s1, s2] = onCuda.slots;
-    const rowSlots = [s1, s1, 0, s2];  // runs: rows of s1 (two prompts), none, s2
+    const rowSlots = [s1, s1, 0, s2];
     const run = (m: Model, gemmRows: number) => {
       m.loraGemmRows = gemmRows;
       return logits(m, prompts, rowSlots);
     };
-    const byRuns = run(cuda, 1), byKernels = run(cuda, Infinity), want = run(cpu, Infinity), plain = logits(cpu, prompts, [0, 0, 0, 0]);
+    const byGemms = run(cuda, 1), byKernels = run(cuda, Infinity), want = run(cpu, Infinity), plain = logits(cpu, prompts, [0, 0, 0, 0]);
     prompts.forEach((_, i) => {
-      expect(relativeError(byRuns[i], byKernels[i]), `prompt ${i}`).toBeLessThan(1e-2);
-      expect(relativeError(byRuns[i], want[i]), `prompt ${i}`).toBeLessThan(3e-2);
-      if (rowSlots[i] > 0) expect(relativeError(want[i], plain[i]), `prompt ${i}: the adapter does something`).toBeGreaterThan(3e-2);
+      const gemmErr = relativeError(byGemms[i], want[i]), kernelErr = relativeError(byKernels[i], want[i]);
+      console.log(`prompt ${i} (slot ${rowSlots[i]}): against the CPU, GEMMs ${gemmErr.toExponential(2)}, kernels ${kernelErr.toExponential(2)}`);
+      if (rowSlots[i] === 0) {
+        // The same ops but the norms, which the kernel path fuses with its shrink (not bit-exact).
+        expect(relativeError(byGemms[i], byKernels[i]), `prompt ${i}: a base row`).toBeLessThan(1e-2);
+        return;
+      }
+      expect(gemmErr, `prompt ${i}`).toBeLessThan(Math.max(1.5 * kernelErr, 1e-2));
+      expect(relativeError(want[i], plain[i]), `prompt ${i}: the adapter does something`).toBeGreaterThan(10 * gemmErr);
     });
     onCuda.close();
     onCpu.close();
