@@ -68,11 +68,12 @@ export function overlapSetting(option: boolean | undefined, cuda: boolean, env: 
 /**
  * From how many rows a step's adapters shrink and expand by GEMMs over every slot at once
  * instead of the per-row kernels (LlamaModel.loraGemmRows): MSTAR_LORA_GEMM_ROWS, a
- * tuning knob for benchmarks; by default 1024.
+ * tuning knob for benchmarks; by default 256 (measured against 1024 and never, Qwen3-0.6B,
+ * 128-token prompts: the best of the three at 32 and 64 requests, bench/RESULTS.md).
  */
 export function loraGemmRowsSetting(env: NodeJS.ProcessEnv = process.env): number {
   const raw = env.MSTAR_LORA_GEMM_ROWS?.trim();
-  if (!raw) return 1024;
+  if (!raw) return 256;
   const rows = raw === 'inf' ? Infinity : Number(raw);
   if (!(rows >= 1)) throw new Error(`MSTAR_LORA_GEMM_ROWS=${raw} is not understood: use a row count, or inf`);
   return rows;

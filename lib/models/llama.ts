@@ -24,7 +24,7 @@ export class LlamaModel {
    * for decode's few rows, which spent 100-200 µs an op at 4096 rows of Qwen3-0.6B (the
    * engine sets it from MSTAR_LORA_GEMM_ROWS; tests move it to compare the two).
    */
-  loraGemmRows = 1024;
+  loraGemmRows = 256;
 
   constructor(readonly config: ModelConfig, readonly weights: Weights, readonly placement: Placement = CPU) {
     const { invFreq } = ropeInvFreq(config.rope, config.headDim);

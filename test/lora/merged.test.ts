@@ -92,7 +92,7 @@ describe('LoRA equals merged weights', () => {
       expect(relativeError(withLora[0], plain[0])).toBeGreaterThan(1e-3);  // the adapter did something
       merged.dispose();
       lora.weights.dispose();
-      base.loraGemmRows = 1024;
+      base.loraGemmRows = 256;
     });
   }
 });
