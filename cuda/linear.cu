@@ -266,13 +266,6 @@ void linear(DType act, void* out, const void* x, Weights w, const Weights* bias,
   });
 }
 
-void matmulAdd(DType act, void* out, const void* x, Weights w, int64_t n, int64_t in, int64_t outF) {
-  if (n == 0 || outF == 0) return;
-  if (act == DType::BF16 && w.dtype == DType::BF16 && in > 0 && cublaslt::gemmBf16(out, x, w.data, n, in, outF, stream(), true))
-    return;
-  linear(act, out, x, w, nullptr, n, in, outF, true);
-}
-
 void linearExpand(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in,
                   int64_t outF, LoraExpandArgs lora, bool accumulate) {
   if (n == 0 || outF == 0) return;

@@ -40,9 +40,6 @@ void headRmsNorm(DType act, void* qkv, Weights qw, Weights kw, int64_t n, HeadLa
 // accumulate: out += x · wᵀ (+ bias), one rounding (how the residual stream takes a projection).
 void linear(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
             bool accumulate = false);
-// out += x · wᵀ, the product kept in f32 until the sum is rounded (an adapter's delta joining
-// its projection). Without cuBLASLt (or bf16 weights) the product is rounded first, as linear's.
-void matmulAdd(DType act, void* out, const void* x, Weights w, int64_t n, int64_t in, int64_t outF);
 void rope(DType act, void* qkv, const int32_t* positions, const float* invFreq, int64_t n, HeadLayout l, int half);
 void siluMul(DType act, void* out, const void* gateUp, int64_t n, int64_t inter);
 void add(DType act, void* out, const void* a, const void* b, int64_t n);

@@ -87,7 +87,6 @@ void loraExpandAdd(DType, void*, const void*, const void*, Weights, int64_t, con
 }
 void rmsNormShrink(DType, void*, const void*, Weights, int64_t, int64_t, float, LoraShrinkArgs) { none(); }
 void siluMulShrink(DType, void*, const void*, int64_t, int64_t, LoraShrinkArgs) { none(); }
-void matmulAdd(DType, void*, const void*, Weights, int64_t, int64_t, int64_t) { none(); }
 void linearExpand(DType, void*, const void*, Weights, const Weights*, int64_t, int64_t, int64_t, LoraExpandArgs, bool) {
   none();
 }

@@ -163,17 +163,6 @@ Napi::Value Linear(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// matmulAdd(out, x, w): out += x · wᵀ, summed in f32 and rounded once.
-Napi::Value MatmulAdd(const Napi::CallbackInfo& info) {
-  OpArgs a(info, "matmulAdd");
-  Tensor &out = a.tensor(0, "out"), &x = a.tensor(1, "x"), &w = a.tensor(2, "w");
-  bool cuda = a.oneDevice();
-  DType act = expectLinear(a, out, x, w, nullptr, nullptr);
-  if (cuda) a.run([&] { gpu::matmulAdd(act, out.data(), x.data(), a.weights(w), x.dim(0), x.dim(1), w.dim(0)); });
-  else cpu::linear(out.ptr<float>(), x.ptr<float>(), a.weights(w), nullptr, x.dim(0), x.dim(1), w.dim(0), true);
-  return info.Env().Undefined();
-}
-
 Napi::Value Rope(const Napi::CallbackInfo& info) {
   OpArgs a(info, "rope");
   Tensor &qkv = a.tensor(0, "qkv"), &pos = a.tensor(1, "positions"), &inv = a.tensor(2, "invFreq");
@@ -412,7 +401,6 @@ void RegisterOps(Napi::Env env, Napi::Object exports) {
   exports["addRmsNorm"] = Napi::Function::New<AddRmsNorm>(env, "addRmsNorm");
   exports["headRmsNorm"] = Napi::Function::New<HeadRmsNorm>(env, "headRmsNorm");
   exports["linear"] = Napi::Function::New<Linear>(env, "linear");
-  exports["matmulAdd"] = Napi::Function::New<MatmulAdd>(env, "matmulAdd");
   exports["rope"] = Napi::Function::New<Rope>(env, "rope");
   exports["siluMul"] = Napi::Function::New<SiluMul>(env, "siluMul");
   exports["add"] = Napi::Function::New<Add>(env, "add");

@@ -139,8 +139,6 @@ export interface Binding {
   headRmsNorm(qkv: Tensor, qWeight: Tensor, kWeight: Tensor, numHeads: number, numKvHeads: number, headDim: number, eps: number): void;
   /** out = x · wᵀ (+ bias); accumulate: out += that, rounded once (a residual stream taking a projection). */
   linear(out: Tensor, x: Tensor, w: Tensor, bias: Tensor | null, accumulate?: boolean): void;
-  /** out += x · wᵀ, the product kept in f32 until the sum is rounded (an adapter's delta joining its projection). */
-  matmulAdd(out: Tensor, x: Tensor, w: Tensor): void;
   /** In place on q and k heads; rotates the first 2 * invFreq.length dims of each head. */
   rope(qkv: Tensor, positions: Tensor, invFreq: Tensor, numHeads: number, numKvHeads: number, headDim: number): void;
   siluMul(out: Tensor, gateUp: Tensor): void;

@@ -135,7 +135,7 @@ export class LlamaModel {
       if (byGemms) {
         const y = o.accumulate ? buffer('x', rows, out.shape[1]) : out;
         addon.linear(y, input, this.w(name), this.bias(name));
-        addon.matmulAdd(y, s, t.bAll);
+        addon.linear(y, s, t.bAll, null, true);
         if (o.accumulate) {
           addon.add(out, out, y);
           y.dispose();

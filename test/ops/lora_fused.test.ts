@@ -65,20 +65,6 @@ describe('rmsNormShrink and siluMulShrink', () => {
   });
 });
 
-describe('matmulAdd', () => {
-  it('adds x · wᵀ to what out holds, and checks its arguments', () => {
-    const d = data(11);
-    const base = d.lw.subarray(0, n * outF);
-    const want = addon.empty('f32', [n, outF]);
-    addon.linear(want, f32([n, dim], d.x), f32([outF, dim], d.lw), null);
-    const got = f32([n, outF], base);
-    addon.matmulAdd(got, f32([n, dim], d.x), f32([outF, dim], d.lw));
-    expectSame(floats(got), floats(want).map((v, i) => base[i] + v));
-    expectOpError(() => addon.matmulAdd(got, f32([n, dim + 1], new Float32Array(n * (dim + 1))), f32([outF, dim], d.lw)), /^matmulAdd: w is f32\[14, 12\]/);
-    expectSame(floats(got), floats(want).map((v, i) => base[i] + v));
-  });
-});
-
 describe('linear with accumulate', () => {
   it('adds x · wᵀ + bias to what out holds', () => {
     const d = data(6);
