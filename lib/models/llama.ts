@@ -112,9 +112,10 @@ export class LlamaModel {
     /**
      * out = input · Wᵀ (+ bias) plus each row's adapter delta (out += with accumulate);
      * `s`: the adapter's shrink of input, if made already. By GEMMs (prefill-sized steps)
-     * the expand is one more GEMM, s · bᵀ over every slot; accumulating, the projection and
-     * its delta meet in the `x` buffer (free while o and down project) before the residual
-     * takes them, as transformers adds them.
+     * the expand is one more GEMM, s · bᵀ over every slot, its product rounded to the
+     * activation type before it joins the projection (as transformers + PEFT round it; the
+     * per-row kernels add it in f32); accumulating, the projection and its delta meet in the
+     * `x` buffer (free while o and down project) before the residual takes them.
      */
     type ProjectOptions = { s?: Tensor; slots?: Tensor; accumulate?: boolean };
     const project = (out: Tensor, input: Tensor, name: string, o: ProjectOptions = {}) => {
