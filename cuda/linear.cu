@@ -241,6 +241,9 @@ void linear(DType act, void* out, const void* x, Weights w, const Weights* bias,
   if (n == 0 || outF == 0) return;
   if (n <= kMaxGemvRows) return gemv(act, out, x, w, bias, n, in, outF, LoraExpandArgs{}, accumulate);
   if (act == DType::BF16 && w.dtype == DType::BF16 && in > 0) {
+    // Accumulating without a bias, cuBLASLt adds to out itself (beta = 1): one kernel, no
+    // scratch pass over [n, outF] (a residual stream taking o or down, an adapter's expand).
+    if (accumulate && !bias && cublaslt::gemmBf16(out, x, w.data, n, in, outF, stream(), true)) return;
     // cuBLASLt writes out itself, or (accumulating) a scratch product that the epilogue adds.
     Scratch product(accumulate ? size_t(n * outF) * sizeof(bf16) : 0, "linear scratch");
     void* dst = accumulate ? product.as<void>() : out;

@@ -142,7 +142,7 @@ std::mutex gMutex;
 Handle gHandle = nullptr;
 void* gWorkspace = nullptr;
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;
-using ShapeKey = std::tuple<int64_t, int64_t, int64_t, uint32_t, uint32_t, uint32_t>;
+using ShapeKey = std::tuple<int64_t, int64_t, int64_t, uint32_t, uint32_t, uint32_t, bool>;
 std::map<ShapeKey, std::pair<bool, Algo>> gAlgos;  // false: cuBLASLt has none for this shape
 
 }  // namespace
@@ -152,7 +152,8 @@ const Status& status() {
   return gStatus;
 }
 
-bool gemmBf16(void* out, const void* x, const void* w, int64_t n, int64_t in, int64_t outF, void* stream) {
+bool gemmBf16(void* out, const void* x, const void* w, int64_t n, int64_t in, int64_t outF, void* stream,
+              bool accumulate) {
   if (!status().loaded) return false;
   std::lock_guard<std::mutex> lock(gMutex);
   // Made outside any capture: allocated inside one, the workspace would be the graph's
@@ -174,7 +175,7 @@ bool gemmBf16(void* out, const void* x, const void* w, int64_t n, int64_t in, in
   check(gApi.layoutCreate(&d.d, kDataBf16, uint64_t(outF), uint64_t(n), outF), "cublasLtMatrixLayoutCreate(D)");
 
   uint32_t alignA = alignmentOf(w), alignB = alignmentOf(x), alignD = alignmentOf(out);
-  ShapeKey key{n, in, outF, alignA, alignB, alignD};
+  ShapeKey key{n, in, outF, alignA, alignB, alignD, accumulate};
   auto found = gAlgos.find(key);
   if (found == gAlgos.end()) {
     check(gApi.prefCreate(&d.pref), "cublasLtMatmulPreferenceCreate");
@@ -191,7 +192,7 @@ bool gemmBf16(void* out, const void* x, const void* w, int64_t n, int64_t in, in
     found = gAlgos.emplace(key, std::make_pair(ok, result.algo)).first;
   }
   if (!found->second.first) return false;
-  float alpha = 1.0f, beta = 0.0f;
+  float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;  // C = D = out
   check(gApi.matmul(gHandle, d.desc, &alpha, w, d.a, x, d.b, &beta, out, d.d, out, d.d, &found->second.second,
                     gWorkspace, kWorkspaceBytes, stream),
         "cublasLtMatmul");

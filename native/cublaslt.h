@@ -19,9 +19,11 @@ struct Status {
 const Status& status();
 
 // out[n, outF] = x[n, in] · w[outF, in]ᵀ, all bf16 and row-major, f32 accumulation, on
-// `stream` (a cudaStream_t). Returns false, having enqueued nothing, when cuBLASLt is not
-// loaded or offers no algorithm for this case, so the caller runs its own kernel;
+// `stream` (a cudaStream_t); accumulate: out += that (beta = 1; the H200's kernels add C in
+// bf16, to the product rounded first). Returns false, having enqueued nothing, when cuBLASLt
+// is not loaded or offers no algorithm for this case, so the caller runs its own kernel;
 // throws gpu::Error when a cuBLASLt call fails.
-bool gemmBf16(void* out, const void* x, const void* w, int64_t n, int64_t in, int64_t outF, void* stream);
+bool gemmBf16(void* out, const void* x, const void* w, int64_t n, int64_t in, int64_t outF, void* stream,
+              bool accumulate = false);
 
 }  // namespace mstar::cublaslt
