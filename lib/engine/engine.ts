@@ -192,8 +192,9 @@ export class Engine {
    * With overlap the thread never blocks on the GPU: samples not made yet end the call
    * (awaitingGpu() says so) and the next call goes on from there. Samples read at the start
    * of a call are returned at once, and the next call schedules: a prefill's first tokens
-   * then wait for no other step's host work (measured: TTFT p50 at 64 churned requests
-   * 40 ms returning them at once, 47-51 ms returning them after the next launch).
+   * then wait for no other step's host work (returned after the next launch, TTFT p50 at
+   * 64 churned requests measured 54 / 45 ms against 49 / 42 ms for the blocking engine, on
+   * one machine; returned at once, 42 ms in the final run, bench/RESULTS.md).
    */
   step(): RequestOutput[] {
     const outputs: RequestOutput[] = [];
