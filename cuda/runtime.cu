@@ -312,7 +312,10 @@ bool Fence::done() {
   requireNotCapturing("querying a fence");
   if (!recorded_) return true;
   const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event_));
-  if (e == cudaErrorNotReady) return false;
+  if (e == cudaErrorNotReady) {
+    cudaGetLastError();  // not an error: clear it, so no later check reads it
+    return false;
+  }
   check(e, "cudaEventQuery");
   return true;
 }

@@ -178,6 +178,11 @@ export class Engine {
     return this.due !== undefined && !this.due.ready();
   }
 
+  /** Whether a launched step's samples are still to be read, made or not (the next step() reads them). */
+  hasDue(): boolean {
+    return this.due !== undefined;
+  }
+
   /**
    * Schedules and launches one step; returns the outputs read meanwhile. With overlapped
    * steps, a decode step is enqueued first, then the samples of the step before are read
@@ -200,6 +205,7 @@ export class Engine {
     const outputs: RequestOutput[] = [];
     if (this.due && (!this.readDue(outputs) || outputs.length > 0)) return outputs;
     let batch = this.planned;
+    const fromPlan = batch !== undefined;
     this.planned = undefined;
     if (!batch) {
       if (this.lora) this.takeTurns(this.lora);
@@ -212,11 +218,11 @@ export class Engine {
     const overlapped = this.overlap && batch.length > 0 && batch.every((e) => e.count === 1 && e.samples);
     if (prev && !overlapped) {
       this.due = prev;
-      this.planned = batch;
+      this.planned = batch.length > 0 ? batch : undefined;  // (an empty one left behind would stand for a later schedule)
       return this.readDue(outputs) ? [...outputs, ...this.step()] : outputs;
     }
     batch = batch.filter((e) => e.seq.status !== 'finished');  // (aborted while planned)
-    if (batch.length === 0) return outputs;
+    if (batch.length === 0) return fromPlan ? [...outputs, ...this.step()] : outputs;
     const launched = this.runner.launch(batch, prev);
     this.advance(batch);
     this.register(batch);

@@ -87,7 +87,7 @@ function loop(): void {
   }
   // Nothing could run (every waiting request waits for an adapter coming off the disk):
   // poll gently instead of spinning.
-  if (ran || engine.awaitingGpu()) setImmediate(loop);
+  if (ran || engine.hasDue()) setImmediate(loop);
   else setTimeout(loop, 1);
 }
 

@@ -19,8 +19,9 @@ export class LlamaModel {
   /** The adapter pool's slot weights, when LoRA is on; rows then add their slot's delta. */
   lora?: SlotWeights;
   /**
-   * From this many rows (prefill-sized steps, never a captured decode step) the adapters
-   * shrink and expand by GEMMs over every slot at once instead of the per-row kernels, made
+   * From this many rows (prefill-sized steps; a captured decode step of that many rows too:
+   * the path does not depend on the mix) the adapters shrink and expand by GEMMs over every
+   * slot at once instead of the per-row kernels, made
    * for decode's few rows, which spent 100-200 µs an op at 4096 rows of Qwen3-0.6B (the
    * engine sets it from MSTAR_LORA_GEMM_ROWS; tests move it to compare the two).
    */

@@ -4,6 +4,7 @@
 // its next step is scheduled, and a row that turns out to follow the last token is dropped.
 import { describe, expect, it } from 'vitest';
 
+import type { Launched } from '../../lib/engine/launched.js';
 import { engine, greedy, prompts, runAll } from './helpers.js';
 
 const [p1, p2] = prompts([5, 9], 512, 7);
@@ -76,5 +77,30 @@ describe('overlapped steps', () => {
     e.step();
     e.step();
     expect(() => e.close()).not.toThrow();
+  });
+});
+
+describe('overlapped steps on a GPU that is not done yet', () => {
+  // Each launched step says "not ready" on its first poll, as a fence just recorded does on cuda.
+  const slowFirstPoll = (e: ReturnType<typeof engine>): void => {
+    const runner = (e as unknown as { runner: { launch(...a: unknown[]): Launched } }).runner;
+    const launch = runner.launch.bind(runner);
+    runner.launch = (...args: unknown[]) => {
+      const l = launch(...args);
+      let polls = 1;
+      return { batch: l.batch, ready: () => polls-- <= 0 && l.ready(), sampled: () => l.sampled() };
+    };
+  };
+
+  it('a request ending on max_tokens leaves nothing planned: the next request\'s first step launches it', () => {
+    const e = engine({ overlapSteps: true });
+    slowFirstPoll(e);
+    e.add({ id: 'a', promptIds: [5, 6, 7], params: greedy(4) });
+    while (e.hasWork()) if (!e.awaitingGpu()) e.step();
+    e.add({ id: 'b', promptIds: [8, 9], params: greedy(4) });
+    const before = e.stats().steps;
+    e.step();
+    expect({ launched: e.stats().steps - before, waiting: e.stats().waiting }).toEqual({ launched: 1, waiting: 0 });
+    e.close();
   });
 });
