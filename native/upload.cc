@@ -22,13 +22,13 @@ namespace {
 // One region's fields as JS values, read first for every region: reading them may run JS
 // (a getter) that could dispose a tensor already unwrapped.
 struct RegionFields {
-  Napi::Value dst, src, row, col;
+  Napi::Value dst, src, row, col, rows, cols;
 };
 
 RegionFields fields(Napi::Env env, const Napi::Value& v, size_t i) {
-  if (!v.IsObject()) fail(env, i, "must be an object {dst, src?, row?, col?}");
+  if (!v.IsObject()) fail(env, i, "must be an object {dst, src?, row?, col?, rows?, cols?}");
   Napi::Object o = v.As<Napi::Object>();
-  return {o.Get("dst"), o.Get("src"), o.Get("row"), o.Get("col")};
+  return {o.Get("dst"), o.Get("src"), o.Get("row"), o.Get("col"), o.Get("rows"), o.Get("cols")};
 }
 
 // A region's fields checked and turned into a region (and dst's device); runs no JS, and
@@ -52,16 +52,22 @@ gpu::UploadRegion region(Napi::Env env, const RegionFields& f, size_t i, Device*
   *device = dst->device();
   Tensor* src = tensor(f.src, "src");
   const size_t elem = dtypeSize(dst->dtype());
-  if (!src) return {dst->data(), dst->bytes(), nullptr, 1, size_t(dst->numel()), elem};
-  if (src->device() != Device::CPU) fail(env, i, "src must be a cpu tensor, got a " + src->describe() + " on cuda");
-  if (dst->rank() != 2 || src->rank() != 2) fail(env, i, "dst " + dst->describe() + " and src " + src->describe() + " must be 2-D");
-  if (dst->dtype() != src->dtype()) fail(env, i, "src " + src->describe() + " must have dst's dtype (" + dst->describe() + ")");
+  const bool window = !f.rows.IsUndefined() || !f.cols.IsUndefined();
+  if (!src && !window) return {dst->data(), dst->bytes(), nullptr, 1, size_t(dst->numel()), elem};
+  if (src && window) fail(env, i, "rows and cols are for a region without src (src gives its own shape)");
+  if (src && src->device() != Device::CPU) fail(env, i, "src must be a cpu tensor, got a " + src->describe() + " on cuda");
+  if (dst->rank() != 2 || (src && src->rank() != 2))
+    fail(env, i, "dst " + dst->describe() + (src ? " and src " + src->describe() + " must" : " must") + " be 2-D");
+  if (src && dst->dtype() != src->dtype()) fail(env, i, "src " + src->describe() + " must have dst's dtype (" + dst->describe() + ")");
   const int64_t row = offset(f.row, "row"), col = offset(f.col, "col");
-  if (row + src->dim(0) > dst->dim(0) || col + src->dim(1) > dst->dim(1))
-    fail(env, i, "src " + src->describe() + " at (" + std::to_string(row) + ", " + std::to_string(col) +
-                     ") does not fit in dst " + dst->describe());
+  // Zeroing a window: rows x cols from (row, col), by default to dst's last row and column.
+  const int64_t rows = src ? src->dim(0) : f.rows.IsUndefined() ? dst->dim(0) - row : offset(f.rows, "rows");
+  const int64_t cols = src ? src->dim(1) : f.cols.IsUndefined() ? dst->dim(1) - col : offset(f.cols, "cols");
+  if (row + rows > dst->dim(0) || col + cols > dst->dim(1))
+    fail(env, i, (src ? "src " + src->describe() : "[" + std::to_string(rows) + ", " + std::to_string(cols) + "]") + " at (" +
+                     std::to_string(row) + ", " + std::to_string(col) + ") does not fit in dst " + dst->describe());
   char* at = static_cast<char*>(dst->data()) + size_t(row * dst->dim(1) + col) * elem;
-  return {at, size_t(dst->dim(1)) * elem, src->data(), size_t(src->dim(0)), size_t(src->dim(1)), elem};
+  return {at, size_t(dst->dim(1)) * elem, src ? src->data() : nullptr, size_t(rows), size_t(cols), elem};
 }
 
 // upload(regions): see lib/addon/types.ts. Every region's dst is on one device.

@@ -57,6 +57,9 @@ export interface UploadRegion {
   src?: Tensor;
   row?: number;
   col?: number;
+  /** Without src: zero the [rows, cols] window of dst at (row, col) (each by default to dst's end) instead of all of dst. */
+  rows?: number;
+  cols?: number;
 }
 
 /** A captured CUDA graph: the ops one call enqueued, replayed on the same tensors. */
@@ -105,7 +108,8 @@ export interface Binding {
   pinnedEmpty(dtype: DType, shape: number[]): Tensor;
   /**
    * Copies host tensors into regions of device tensors without waiting: each region's
-   * dst[row.., col..] = src (both 2-D, one dtype), or with no src, all of dst is zeroed.
+   * dst[row.., col..] = src (both 2-D, one dtype), or with no src, all of dst is zeroed (given
+   * rows or cols, only that window of it, from (row, col): on the device, nothing crosses the bus).
    * Every dst is on one device. On cuda the copies run on a side stream after every op
    * enqueued before the call, and every op enqueued after it waits for them; a pinned src
    * (pinnedEmpty) copies asynchronously and is freed only once they ran, so it must not be

@@ -76,13 +76,11 @@ export class SlotWeights {
   readonly targets = new Map<string, LoraTarget>();
   /** Widest rank-space row its targets need (rankColumns): the width of a step's shrink buffer. */
   readonly columns: number;
-  /** Host zeros, as many as one slot's b of the largest target holds: clearing a slot's b (strided) copies them. */
-  private readonly zeros: Tensor;
   /** Every target's ranks, one after the other: a slot load sends them in one copy. */
   private readonly ranks: Tensor;
   private readonly hostRanks: Int32Array;
-  /** Per target, each slot's [rows, cols] view of a, and the [out, slices * R] zeros that clear its b (made once: loads are frequent). */
-  private readonly slotViews = new Map<LoraTarget, { a: Tensor[]; bZeros: Tensor }>();
+  /** Per target, each slot's [rows, cols] view of a (made once: loads are frequent). */
+  private readonly slotViews = new Map<LoraTarget, Tensor[]>();
 
   /** `targets`: HF module names; a fused weight gets slots if any of its parts is a target. */
   constructor(
@@ -92,8 +90,6 @@ export class SlotWeights {
     const { act, device } = placement;
     const shapes = targetShapes(config, numSlots, rank, targets);
     this.columns = columnsOf(shapes, numSlots, rank);
-    this.zeros = addon.pinnedEmpty(act, [Math.max(1, ...shapes.map((t) => t.b[0] * t.b[2]))]);
-    addon.fill(this.zeros, 0);
     const total = shapes.reduce((n, t) => n + numSlots * t.slices, 0);
     this.ranks = addon.zeros('i32', [Math.max(1, total)], device);
     this.hostRanks = new Int32Array(Math.max(1, total));
@@ -116,9 +112,7 @@ export class SlotWeights {
       span.dispose();
       at += numSlots * slices;
       this.targets.set(w.name, t);
-      const zeros = this.zeros.narrow(0, b[0] * b[2]);
-      this.slotViews.set(t, { a: Array.from({ length: numSlots }, (_, slot) => slice(t.a, slot)), bZeros: zeros.view([b[0], b[2]]) });
-      zeros.dispose();
+      this.slotViews.set(t, Array.from({ length: numSlots }, (_, slot) => slice(t.a, slot)));
     }
   }
 
@@ -134,7 +128,7 @@ export class SlotWeights {
       const t = this.targets.get(m.location.engine)!;
       const j = t.embedding ? 0 : t.sliceOffsets.indexOf(m.location.rowOffset);
       regions.push(
-        { dst: this.slotViews.get(t)!.a[slot], src: a, row: j * this.rank },
+        { dst: this.slotViews.get(t)![slot], src: a, row: j * this.rank },
         { dst: t.bAll, src: b, row: t.embedding ? 0 : m.location.rowOffset, col: (slot * t.ranks.shape[1] + j) * this.rank },
       );
       this.slotRanks(t, slot)[j] = m.rank;
@@ -158,20 +152,19 @@ export class SlotWeights {
     return t.hostRanks.subarray(slot * slices, (slot + 1) * slices);
   }
 
+  /** The slot's a, and its columns of every row of b (a window: zeroed on the device). */
   private zeroRegions(targets: LoraTarget[], slot: number): UploadRegion[] {
     return targets.flatMap((t) => {
-      const v = this.slotViews.get(t)!;
-      return [{ dst: v.a[slot] }, { dst: t.bAll, src: v.bZeros, col: slot * v.bZeros.shape[1] }];
+      const width = t.b.shape[2];
+      return [{ dst: this.slotViews.get(t)![slot] }, { dst: t.bAll, col: slot * width, cols: width }];
     });
   }
 
   dispose(): void {
     for (const t of this.targets.values()) {
-      const v = this.slotViews.get(t)!;
-      [...v.a, v.bZeros].forEach((x) => x.dispose());
+      this.slotViews.get(t)!.forEach((x) => x.dispose());
       [t.a, t.b, t.aAll, t.bAll, t.sliceStarts, t.ranks].forEach((x) => x.dispose());
     }
-    this.zeros.dispose();
     this.ranks.dispose();
   }
 }

@@ -118,12 +118,13 @@ describeGpu('cuda tensors', () => {
     const src = addon.pinnedEmpty('bf16', [40, 16]).copyFrom(values);
     const zeroed = addon.fromArray('bf16', [8, 8], rng.floats(64, -1, 1), 'cuda');
     addon.fill(dst, 2);  // enqueued before: the copy lands on top of it
-    addon.upload([{ dst, src, row: 20, col: 30 }, { dst: zeroed }]);
+    addon.upload([{ dst, src, row: 20, col: 30 }, { dst: zeroed }, { dst, row: 50, col: 4, rows: 3, cols: 5 }]);
     const after = addon.empty('bf16', [64, 48], 'cuda');
     addon.copyRegion(after, dst, 0, 0, 1, false);  // enqueued after: sees the copy
     src.dispose();  // its pinned memory is freed only once the copy ran
     const want = new Float32Array(64 * 48).fill(2);
     for (let r = 0; r < 40; r++) want.set(values.subarray(r * 16, (r + 1) * 16), (20 + r) * 48 + 30);
+    for (let r = 50; r < 53; r++) want.fill(0, r * 48 + 4, r * 48 + 9);  // the zeroed window
     expectSame(floats(after), want);
     expectSame(floats(zeroed), new Float32Array(64));
   });

@@ -95,4 +95,55 @@ describe('LoRA equals merged weights', () => {
       base.loraGemmRows = 256;
     });
   }
+
+  // The GEMM path multiplies every slot's padding, so a slot must hold zeros wherever its
+  // adapter has nothing, even after a larger adapter held it (the kernels skip by rank).
+  it('a slot that held a full rank-16 adapter, then a partial rank-4 one: both paths equal merged weights', async () => {
+    const layers = [0, 1, 2];
+    const every = ['q_proj', 'k_proj', 'v_proj', 'o_proj'].flatMap((m) => layers.map((l) => spec(`model.layers.${l}.self_attn.${m}`, 16)))
+      .concat(['gate_proj', 'up_proj', 'down_proj'].flatMap((m) => layers.map((l) => spec(`model.layers.${l}.mlp.${m}`, 16))))
+      .concat([spec('model.embed_tokens', 16), spec('lm_head', 16)]);
+    const full = await writeAdapter(every, { r: 16, lora_alpha: 16, target_modules: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'embed_tokens', 'lm_head'] }, 3);
+    const partialModules = ['model.layers.1.self_attn.q_proj', 'model.layers.1.self_attn.v_proj', 'model.layers.0.mlp.gate_proj', 'lm_head'].map((p) => spec(p, 4));
+    const partial = await writeAdapter(partialModules, { r: 4, lora_alpha: 8, target_modules: ['q_proj', 'v_proj', 'gate_proj', 'lm_head'] }, 5);
+    const lora = new LoraManager(base, { slots: 1, maxRank: 16, hostCache: 2, targets: ALL });
+    await lora.register('full', full.dir);
+    await lora.register('partial', partial.dir);
+    const first = lora.acquire(lora.keyOf('full')!) as number;
+    lora.settle();
+    lora.release(first);
+    lora.tick();
+    let slot = lora.acquire(lora.keyOf('partial')!);
+    for (let i = 0; i < 50 && typeof slot !== 'number'; i++) {
+      await new Promise((r) => setTimeout(r, 10));
+      lora.tick();
+      slot = lora.acquire(lora.keyOf('partial')!);
+    }
+    expect(slot).toBe(first);
+    base.lora = lora.weights;
+    const run = (gemmRows: number) => {
+      base.loraGemmRows = gemmRows;
+      return logits(base, prompts, [slot as number, 0, slot as number], vocab);
+    };
+    const [byGemms, byKernels] = [run(1), run(Infinity)];
+    base.lora = undefined;
+    base.loraGemmRows = 256;
+    const merged = loadModel(dir, { dtype: 'f32' });
+    for (const m of partial.modules) {
+      const loc = locateModule(c, c.family, m.path)!;
+      const w = merged.weights.get(loc.engine)!;
+      const values = w.toArray() as Float32Array;
+      const d = delta(m, 2);
+      const offset = loc.rowOffset * (loc.cols ?? 1);
+      for (let i = 0; i < d.length; i++) values[offset + i] += d[i];
+      w.copyFrom(values);
+    }
+    const want = logits(merged, prompts, [0, 0, 0], vocab);
+    for (const i of [0, 2]) {
+      expect(relativeError(byKernels[i], want[i])).toBeLessThan(1e-5);
+      expect(relativeError(byGemms[i], want[i])).toBeLessThan(1e-5);
+    }
+    merged.dispose();
+    lora.weights.dispose();
+  });
 });

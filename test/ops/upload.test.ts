@@ -21,6 +21,14 @@ describe('upload', () => {
     expect(Array.from(zeroed.toArray())).toEqual([0, 0, 0, 0, 0, 0]);
   });
 
+  it('zeroes a window of a destination: rows x cols from (row, col), each by default to its end', () => {
+    const dst = addon.fromArray('f32', [3, 4], seq(12));
+    addon.upload([{ dst, col: 1, cols: 2 }]);
+    expect(Array.from(dst.toArray())).toEqual([1, 0, 0, 4, 5, 0, 0, 8, 9, 0, 0, 12]);
+    addon.upload([{ dst, row: 2, col: 3 }, { dst, row: 1, rows: 1 }]);  // row and col alone still zero all of it
+    expect(Array.from(dst.toArray())).toEqual(new Array(12).fill(0));
+  });
+
   it('refuses a region that does not fit, another dtype or a bad offset, copying nothing', () => {
     const dst = addon.fromArray('f32', [2, 2], seq(4));
     const ok = { dst, src: addon.fromArray('f32', [1, 2], seq(2, 50)) };
@@ -30,6 +38,8 @@ describe('upload', () => {
       [{ dst, src: ok.src, col: -1 }, /region 1: col must be an integer >= 0/],
       [{ dst, src: addon.empty('f32', [4]) }, /must be 2-D/],
       [{ src: ok.src }, /region 1: dst is missing/],
+      [{ dst, col: 1, cols: 2 }, /region 1: \[2, 2\] at \(0, 1\) does not fit in dst f32\[2, 2\]/],
+      [{ dst, src: ok.src, cols: 2 }, /region 1: rows and cols are for a region without src/],
     ] as const;
     for (const [region, message] of bad) {
       expect(() => addon.upload([ok, region as never])).toThrow(message);
