@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import {
   bucketFor, DecodeInputs, graphBuckets, graphIneligible, MAX_GRAPH_BATCH, tableWidth,
 } from '../../lib/engine/graph_inputs.js';
-import { cudaGraphsSetting, overlapSetting, profileSetting } from '../../lib/engine/options.js';
+import { cudaGraphsSetting, loraGemmRowsSetting, overlapSetting, profileSetting } from '../../lib/engine/options.js';
 import type { ScheduledSeq } from '../../lib/engine/scheduler.js';
 import { Sequence } from '../../lib/engine/sequence.js';
 import { greedy } from './helpers.js';
@@ -143,5 +143,12 @@ describe('settings', () => {
     expect(overlapSetting(true, true, { MSTAR_OVERLAP: '0' })).toBe(false);
     expect(profileSetting({ MSTAR_PROFILE: '1' })).toBe(true);
     expect(profileSetting({})).toBe(false);
+  });
+
+  it('MSTAR_LORA_GEMM_ROWS: a row count, or inf; 256 by default', () => {
+    expect(loraGemmRowsSetting({})).toBe(256);
+    expect(loraGemmRowsSetting({ MSTAR_LORA_GEMM_ROWS: '1024' })).toBe(1024);
+    expect(loraGemmRowsSetting({ MSTAR_LORA_GEMM_ROWS: 'inf' })).toBe(Infinity);
+    for (const bad of ['0', '-3', 'many']) expect(() => loraGemmRowsSetting({ MSTAR_LORA_GEMM_ROWS: bad })).toThrow(/MSTAR_LORA_GEMM_ROWS=.* is not understood/);
   });
 });
