@@ -25,7 +25,10 @@ export interface RunnerOptions extends GraphRunnerOptions {
   profile?: boolean;
 }
 
-/** Host wall time per step, by path (eager: its wait for ids included; graph: that is GraphStats.waitMs). */
+/**
+ * Host wall time per step, by path (eager: its wait for ids included where the engine reads
+ * them before they are made, without overlap; graph: that wait is GraphStats.waitMs).
+ */
 interface Timing {
   steps: number;
   ms: number;
@@ -53,11 +56,6 @@ export class ModelRunner {
     this.readback = new Readback(device);
     this.uploads = new StagedUploads(device);
     if (options.cudaGraphs && device === 'cuda') this.graphs = new GraphRunner(model, kv, options, this.ids, this.readback);
-  }
-
-  /** Runs the step; returns one sample per entry whose chunk ends its sequence, in order. */
-  run(batch: readonly ScheduledSeq[]): Sampled[] {
-    return this.launch(batch).sampled();
   }
 
   /**

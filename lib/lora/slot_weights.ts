@@ -129,7 +129,7 @@ export class SlotWeights {
       const j = t.embedding ? 0 : t.sliceOffsets.indexOf(m.location.rowOffset);
       regions.push(
         { dst: this.slotViews.get(t)![slot], src: a, row: j * this.rank },
-        { dst: t.bAll, src: b, row: t.embedding ? 0 : m.location.rowOffset, col: (slot * t.ranks.shape[1] + j) * this.rank },
+        { dst: t.bAll, src: b, row: t.embedding ? 0 : m.location.rowOffset, col: slot * t.b.shape[2] + j * this.rank },
       );
       this.slotRanks(t, slot)[j] = m.rank;
     }

@@ -21,9 +21,9 @@ export class LlamaModel {
   /**
    * From this many rows (prefill-sized steps; a captured decode step of that many rows too:
    * the path does not depend on the mix) the adapters shrink and expand by GEMMs over every
-   * slot at once instead of the per-row kernels, made
-   * for decode's few rows, which spent 100-200 µs an op at 4096 rows of Qwen3-0.6B (the
-   * engine sets it from MSTAR_LORA_GEMM_ROWS; tests move it to compare the two).
+   * slot at once instead of the per-row kernels, made for decode's few rows, which spent
+   * 100-200 µs an op at 4096 rows of Qwen3-0.6B (the engine sets it from
+   * MSTAR_LORA_GEMM_ROWS; tests move it to compare the two).
    */
   loraGemmRows = 256;
 
