@@ -7,13 +7,13 @@ namespace {
 
 // gateUp rows are [gate | up]; the CPU's formula g / (1 + e^-g) * u, with expf.
 template <typename T>
-__global__ void siluMulKernel(T* out, const T* gateUp, int64_t n, int64_t inter) {
+__global__ void siluMulKernel(T* out, int64_t ldo, const T* gateUp, int64_t n, int64_t inter) {
   awaitPrior();
   int64_t total = n * inter;
   for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < total; j += int64_t(gridDim.x) * blockDim.x) {
     int64_t r = j / inter, i = j % inter;
     float g = toF(gateUp[r * 2 * inter + i]), u = toF(gateUp[r * 2 * inter + inter + i]);
-    out[j] = fromF<T>(g / (1.0f + expf(-g)) * u);
+    out[r * ldo + i] = fromF<T>(g / (1.0f + expf(-g)) * u);
   }
 }
 
@@ -21,14 +21,15 @@ __global__ void siluMulKernel(T* out, const T* gateUp, int64_t n, int64_t inter)
 // gridDim.y blocks each store their share of the columns and shrink (storeAndShrinkRow:
 // staged, or by block).
 template <typename T, typename A>
-__global__ void siluMulShrinkKernel(T* __restrict__ out, const T* __restrict__ gateUp, int64_t inter, T* t, const A* a,
+__global__ void siluMulShrinkKernel(T* __restrict__ out, int64_t ldo, const T* __restrict__ gateUp, int64_t inter,
+                                    RankOut<T> t, const A* a,
                                     int64_t numSlots, const int32_t* slotOfRow, int64_t rankRows, bool vec, bool staged,
                                     bool vecRow, int rb, SlotRanks sr) {
   awaitPrior();
   const int64_t row = blockIdx.x;
   const int32_t slot = slotOfRow[row];  // loaded first: the shrink waits for it last
   const T* g = gateUp + row * 2 * inter;
-  T* o = out + row * inter;
+  T* o = out + row * ldo;
   auto silu = [](float gi, float ui) { return fromF<T>(gi / (1.0f + expf(-gi)) * ui); };
   auto act = [&](int64_t i) { return silu(toF(g[i]), toF(g[inter + i])); };
   auto act8 = [&](int64_t i, T(&v)[8]) {
@@ -53,11 +54,11 @@ unsigned gridFor(int64_t n) { return unsigned(std::min<int64_t>(blocksFor(n, 256
 
 }  // namespace
 
-void siluMul(DType act, void* out, const void* gateUp, int64_t n, int64_t inter) {
+void siluMul(DType act, void* out, const void* gateUp, int64_t n, int64_t inter, int64_t ldo) {
   if (n * inter == 0) return;
   withAct(act, [&](auto t) {
     using T = decltype(t);
-    launch("siluMul kernel", siluMulKernel<T>, gridFor(n * inter), 256, 0, static_cast<T*>(out),
+    launch("siluMul kernel", siluMulKernel<T>, gridFor(n * inter), 256, 0, static_cast<T*>(out), ldo ? ldo : inter,
         static_cast<const T*>(gateUp), n, inter);
   });
 }
@@ -65,18 +66,22 @@ void siluMul(DType act, void* out, const void* gateUp, int64_t n, int64_t inter)
 void siluMulShrink(DType act, void* out, const void* gateUp, int64_t n, int64_t inter, LoraShrinkArgs lora) {
   if (n * inter == 0) return;
   const FusedShrink f = fusedShrinkFor(n, inter, dtypeSize(act), lora.rankRows);
+  const bool wide = !lora.t;
   if (f.after) {
-    siluMul(act, out, gateUp, n, inter);
-    return loraShrink(act, lora.t, out, lora.a, lora.numSlots, lora.slotOfRow, n, inter, lora.rankRows, lora.ranks);
+    siluMul(act, out, gateUp, n, inter, wide ? inter + lora.numSlots * lora.rankRows : 0);
+    return loraShrink(act, wide ? out : lora.t, out, lora.a, lora.numSlots, lora.slotOfRow, n, inter, lora.rankRows,
+                      lora.ranks, wide);
   }
   withAct(act, [&](auto t) {
     withFloat(lora.a.dtype, [&](auto at) {
       using T = decltype(t);
       using A = decltype(at);
       const bool vec = runsOf8(lora.a.data, inter, sizeof(A));
-      const bool vecRow = runsOf8(gateUp, inter, sizeof(T)) && runsOf8(out, inter, sizeof(T));
-      launch("siluMulShrink kernel", siluMulShrinkKernel<T, A>, f.grid, 256, f.stageBytes, static_cast<T*>(out),
-          static_cast<const T*>(gateUp), inter, static_cast<T*>(lora.t), static_cast<const A*>(lora.a.data),
+      const RankOut<T> rank = rankOut<T>(out, inter, lora);
+      const int64_t ldo = wide ? rank.ld : inter;
+      const bool vecRow = runsOf8(gateUp, inter, sizeof(T)) && runsOf8(out, ldo, sizeof(T));
+      launch("siluMulShrink kernel", siluMulShrinkKernel<T, A>, f.grid, 256, f.stageBytes, static_cast<T*>(out), ldo,
+          static_cast<const T*>(gateUp), inter, rank, static_cast<const A*>(lora.a.data),
           lora.numSlots, lora.slotOfRow, lora.rankRows, vec, f.staged, vecRow, f.rb, lora.ranks);
     });
   });

@@ -79,12 +79,12 @@ struct LaneExpand {
 
 template <typename T, typename W, int NR, bool VEC>
 __global__ __launch_bounds__(kGemvWarps * 32) void gemvKernel(T* out, const T* x, const W* w, const void* bias,
-                                                               DType biasType, int n, int64_t in, int64_t outF,
-                                                               LoraExpandArgs lora, bool accumulate,
+                                                               DType biasType, int n, int64_t in, int64_t ldw,
+                                                               int64_t outF, LoraExpandArgs lora, bool accumulate,
                                                                unsigned prefetchBlocks) {
   int64_t o = blockIdx.x * int64_t(kGemvWarps) + threadIdx.x / 32;
   int lane = threadIdx.x % 32;
-  const W* wr = w + o * in;
+  const W* wr = w + o * ldw;
   // While the kernel before this one finishes (a dependent launch), the warp's weight row
   // heads for L2 (no op of a step writes weights), so that the loop below reads it from
   // there. Only the first prefetchBlocks blocks: more would evict one another unread.
@@ -146,8 +146,8 @@ __global__ __launch_bounds__(kGemvWarps * 32) void gemvKernel(T* out, const T* x
 constexpr int kBM = 64, kBN = 64, kBK = 16;
 
 template <typename T, typename W>
-__global__ __launch_bounds__(256) void gemmKernel(T* out, const T* x, const W* w, const void* bias, DType biasType,
-                                                  int64_t n, int64_t in, int64_t outF, bool accumulate) {
+__global__ __launch_bounds__(256) void gemmKernel(T* out, const T* x, const W* w, int64_t ldw, const void* bias,
+                                                  DType biasType, int64_t n, int64_t in, int64_t outF, bool accumulate) {
   awaitPrior();
   __shared__ float xs[kBK][kBM + 4];
   __shared__ float ws[kBK][kBN + 4];
@@ -159,7 +159,7 @@ __global__ __launch_bounds__(256) void gemmKernel(T* out, const T* x, const W* w
       int r = e / kBK, k = e % kBK;
       int64_t gm = m0 + r, gn = n0 + r, gk = k0 + k;
       xs[k][r] = gm < n && gk < in ? toF(x[gm * in + gk]) : 0.0f;
-      ws[k][r] = gn < outF && gk < in ? toF(w[gn * in + gk]) : 0.0f;
+      ws[k][r] = gn < outF && gk < in ? toF(w[gn * ldw + gk]) : 0.0f;
     }
     __syncthreads();
 #pragma unroll
@@ -206,16 +206,16 @@ __global__ void epilogueKernel(T* out, const T* product, const void* bias, DType
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 template <typename T, typename W, int NR>
-void launchGemv(T* out, const T* x, const W* w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
+void launchGemv(T* out, const T* x, const W* w, int64_t ldw, const Weights* bias, int64_t n, int64_t in, int64_t outF,
                 const LoraExpandArgs& lora, bool accumulate) {
   const unsigned grid = blocksFor(outF, kGemvWarps);
   const int64_t blockBytes = kGemvWarps * in * int64_t(sizeof(W));
   const unsigned prefetch = blockBytes ? unsigned(std::min<int64_t>(grid, kPrefetchBytes / blockBytes)) : 0;
   const void* b = bias ? bias->data : nullptr;
   DType bt = bias ? bias->dtype : DType::F32;
-  const bool vec = in % 8 == 0 && aligned16(x) && aligned16(w);
+  const bool vec = in % 8 == 0 && ldw % 8 == 0 && aligned16(x) && aligned16(w);
   launch("linear GEMV kernel", vec ? gemvKernel<T, W, NR, true> : gemvKernel<T, W, NR, false>, grid, kGemvWarps * 32,
-      0, out, x, w, b, bt, int(n), in, outF, lora, accumulate, prefetch);
+      0, out, x, w, b, bt, int(n), in, ldw, outF, lora, accumulate, prefetch);
 }
 
 // n <= kMaxGemvRows rows; lora.t null: no LoRA.
@@ -228,8 +228,9 @@ void gemv(DType act, void* out, const void* x, Weights w, const Weights* bias, i
       T* o = static_cast<T*>(out);
       const T* xp = static_cast<const T*>(x);
       const W* wp = static_cast<const W*>(w.data);
-      if (n == 1) launchGemv<T, W, 1>(o, xp, wp, bias, n, in, outF, lora, accumulate);
-      else launchGemv<T, W, kMaxGemvRows>(o, xp, wp, bias, n, in, outF, lora, accumulate);
+      const int64_t ldw = w.ld ? w.ld : in;
+      if (n == 1) launchGemv<T, W, 1>(o, xp, wp, ldw, bias, n, in, outF, lora, accumulate);
+      else launchGemv<T, W, kMaxGemvRows>(o, xp, wp, ldw, bias, n, in, outF, lora, accumulate);
     });
   });
 }
@@ -243,11 +244,11 @@ void linear(DType act, void* out, const void* x, Weights w, const Weights* bias,
   if (act == DType::BF16 && w.dtype == DType::BF16 && in > 0) {
     // Accumulating without a bias, cuBLASLt adds to out itself (beta = 1): one kernel, no
     // scratch pass over [n, outF] (a residual stream taking o or down, an adapter's expand).
-    if (accumulate && !bias && cublaslt::gemmBf16(out, x, w.data, n, in, outF, stream(), true)) return;
+    if (accumulate && !bias && cublaslt::gemmBf16(out, x, w.data, n, in, outF, stream(), true, w.ld)) return;
     // cuBLASLt writes out itself, or (accumulating) a scratch product that the epilogue adds.
     Scratch product(accumulate ? size_t(n * outF) * sizeof(bf16) : 0, "linear scratch");
     void* dst = accumulate ? product.as<void>() : out;
-    if (cublaslt::gemmBf16(dst, x, w.data, n, in, outF, stream())) {
+    if (cublaslt::gemmBf16(dst, x, w.data, n, in, outF, stream(), false, w.ld)) {
       if (bias || accumulate) {
         unsigned grid = unsigned(std::min<int64_t>(blocksFor(n * outF, 256), smCount() * 8));
         launch("linear epilogue kernel", epilogueKernel<bf16>, grid, 256, 0, static_cast<bf16*>(out),
@@ -263,7 +264,7 @@ void linear(DType act, void* out, const void* x, Weights w, const Weights* bias,
       using W = decltype(wt);
       dim3 grid(blocksFor(outF, kBN), blocksFor(n, kBM));
       launch("linear kernel", gemmKernel<T, W>, grid, 256, 0, static_cast<T*>(out), static_cast<const T*>(x),
-          static_cast<const W*>(w.data),
+          static_cast<const W*>(w.data), w.ld ? w.ld : in,
           bias ? bias->data : nullptr, bias ? bias->dtype : DType::F32, n, in, outF, accumulate);
     });
   });

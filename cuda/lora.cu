@@ -31,25 +31,37 @@ int64_t tileRowsFor(int64_t n, int64_t blocksPerRowTile) {
   return 1;
 }
 
+// Rows r0 .. r0 + rows of x (ldx apart) into copy (ld apart), by the threads of one block: a
+// wide shrink's input row joining its rank rows (the first rank-row block of a row does it).
+template <typename T>
+__device__ void copyRows(T* copy, int64_t ld, const T* x, int64_t ldx, int64_t r0, int64_t rows, int64_t in) {
+  for (int64_t r = r0; r < r0 + rows; ++r)
+    for (int64_t i = threadIdx.x; i < in; i += blockDim.x) copy[r * ld + i] = x[r * ldx + i];
+}
+
 // Up to kFusedShrinkRows rows: t[r, k] = x[r] · a[slot, k], one block per (row, rank row).
-// Rows of slot 0 (or of a slot outside the table) get zeros.
+// Rows of slot 0 (or of a slot outside the table) get zeros. x's rows are ldx apart; copy
+// (when set): where x's rows go (t.ld apart).
 template <typename T, typename A>
-__global__ void shrinkKernel(T* t, const T* x, const A* a, int64_t numSlots, const int32_t* slotOfRow, int64_t in,
-                             int64_t rankRows, bool vec, SlotRanks sr) {
+__global__ void shrinkKernel(RankOut<T> t, T* copy, const T* x, int64_t ldx, const A* a, int64_t numSlots,
+                             const int32_t* slotOfRow, int64_t in, int64_t rankRows, bool vec, SlotRanks sr) {
   awaitPrior();
   const int64_t r = blockIdx.x;  // rows on x: y and z are limited to 65535
-  const T* xr = x + r * in;
+  const T* xr = x + r * ldx;
+  if (copy && blockIdx.y == 0) copyRows(copy, t.ld, x, ldx, r, 1, in);
   auto xAt = [&](int64_t i) { return toF(xr[i]); };
   shrinkRowByBlock(t, a, numSlots, slotOfRow[r], r, blockIdx.y, rankRows, in, vec, sr, xAt);
 }
 
 // Up to kStagedShrinkRows rows: t[r, k0 .. k0 + rb] by block (r, k0 / rb).
 template <typename T, typename A>
-__global__ void shrinkRowsKernel(T* t, const T* x, const A* a, int64_t numSlots, const int32_t* slotOfRow, int64_t in,
-                                 int64_t rankRows, int rb, bool vec, SlotRanks sr) {
+__global__ void shrinkRowsKernel(RankOut<T> t, T* copy, const T* x, int64_t ldx, const A* a, int64_t numSlots,
+                                 const int32_t* slotOfRow, int64_t in, int64_t rankRows, int rb, bool vec,
+                                 SlotRanks sr) {
   awaitPrior();
   const int64_t r = blockIdx.x;
-  const T* xr = x + r * in;
+  const T* xr = x + r * ldx;
+  if (copy && blockIdx.y == 0) copyRows(copy, t.ld, x, ldx, r, 1, in);
   shrinkRowsByBlock(t, a, numSlots, slotOfRow[r], r, int64_t(blockIdx.y) * rb, rb, rankRows, in, vec, sr,
                     [&](int64_t i) { return toF(xr[i]); });
 }
@@ -61,9 +73,11 @@ __global__ void shrinkRowsKernel(T* t, const T* x, const A* a, int64_t numSlots,
 // sums in shrinkPart's order, so t is what a warp per row would give.
 template <typename T, typename A, int TR>
 __global__ void __launch_bounds__(kShrinkThreads)
-    shrinkTileKernel(T* t, const T* x, const A* a, int64_t numSlots, const int32_t* slotOfRow, int64_t n, int64_t in,
-                     int64_t rankRows, bool vec, SlotRanks sr) {
+    shrinkTileKernel(RankOut<T> t, T* copy, const T* x, int64_t ldx, const A* a, int64_t numSlots,
+                     const int32_t* slotOfRow, int64_t n, int64_t in, int64_t rankRows, bool vec, SlotRanks sr) {
   awaitPrior();
+  if (copy && blockIdx.y == 0)
+    copyRows(copy, t.ld, x, ldx, int64_t(blockIdx.x) * TR, min(int64_t(TR), n - int64_t(blockIdx.x) * TR), in);
   const int lane = threadIdx.x % 32;
   const int64_t k = int64_t(blockIdx.y) * kShrinkWarps + threadIdx.x / 32;
   if (k >= rankRows) return;  // the whole warp, and nothing below syncs the block
@@ -79,7 +93,7 @@ __global__ void __launch_bounds__(kShrinkThreads)
         aRow[j] = a + (int64_t(slot) * rankRows + k) * in;
     }
   }
-  const T* xt = x + r0 * in;
+  const T* xt = x + r0 * ldx;
   float acc[TR] = {};
   if (vec) {
 #pragma unroll 4  // loads of several runs in flight: a 1-row tile walks a 2-3K row alone
@@ -94,7 +108,7 @@ __global__ void __launch_bounds__(kShrinkThreads)
           loadVec<A, 8>(av, cur + i);
         }
         float xv[8];
-        loadVec<T, 8>(xv, xt + j * in + i);
+        loadVec<T, 8>(xv, xt + j * ldx + i);
 #pragma unroll
         for (int e = 0; e < 8; ++e) acc[j] += xv[e] * av[e];
       }
@@ -110,14 +124,14 @@ __global__ void __launch_bounds__(kShrinkThreads)
           cur = aRow[j];
           av = toF(cur[i]);
         }
-        acc[j] += toF(xt[j * in + i]) * av;
+        acc[j] += toF(xt[j * ldx + i]) * av;
       }
     }
   }
 #pragma unroll
   for (int j = 0; j < TR; ++j) {
     const float sum = warpSum(acc[j]);
-    if (lane == 0 && r0 + j < n) t[(r0 + j) * rankRows + k] = fromF<T>(sum);
+    if (lane == 0 && r0 + j < n) t.store(r0 + j, slotOfRow[r0 + j], k, rankRows, sum);
   }
 }
 
@@ -180,13 +194,14 @@ __global__ void maskKernel(T* t, const int32_t* slotOfRow, int64_t numSlots, int
 }
 
 __global__ void copyRegionKernel(void* dst, DType dt, int64_t dstCols, const void* src, DType st, int64_t rows,
-                                 int64_t cols, int64_t rowOffset, int64_t colOffset, float scale, bool transpose) {
+                                 int64_t cols, int64_t srcLd, int64_t rowOffset, int64_t colOffset, float scale,
+                                 bool transpose) {
   awaitPrior();
   int64_t outRows = transpose ? cols : rows, outCols = transpose ? rows : cols;
   for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < outRows * outCols;
        j += int64_t(gridDim.x) * blockDim.x) {
     int64_t i = j / outCols, c = j % outCols;
-    float v = scale * loadAny(src, st, transpose ? c * cols + i : i * cols + c);
+    float v = scale * loadAny(src, st, transpose ? c * srcLd + i : i * srcLd + c);
     storeAny(dst, dt, (rowOffset + i) * dstCols + colOffset + c, v);
   }
 }
@@ -224,32 +239,38 @@ int stagedRankRows(int64_t n, int64_t rankRows) {
 }
 
 void loraShrink(DType act, void* t, const void* x, Weights a, int64_t numSlots, const int32_t* slotOfRow, int64_t n,
-                int64_t in, int64_t rankRows, SlotRanks ranks) {
+                int64_t in, int64_t rankRows, SlotRanks ranks, bool wide) {
   if (n == 0 || rankRows == 0) return;
   withAct(act, [&](auto tt) {
     withFloat(a.dtype, [&](auto wt) {
       using T = decltype(tt);
       using W = decltype(wt);
-      T* tp = static_cast<T*>(t);
+      // Wide: t is [n, in + numSlots * rankRows]; x joins it there unless it is there already.
+      const int64_t ld = in + numSlots * rankRows;
+      const RankOut<T> to = wide ? RankOut<T>{static_cast<T*>(t) + in, ld, numSlots}
+                                 : RankOut<T>{static_cast<T*>(t), rankRows, 0};
+      const bool inPlace = wide && x == t;
+      T* copy = wide && !inPlace ? static_cast<T*>(t) : nullptr;
+      const int64_t ldx = inPlace ? ld : in;
       const T* xp = static_cast<const T*>(x);
       const W* ap = static_cast<const W*>(a.data);
-      const bool vecA = runsOf8(a.data, in, sizeof(W)), vec = vecA && runsOf8(x, in, sizeof(T));
+      const bool vecA = runsOf8(a.data, in, sizeof(W)), vec = vecA && runsOf8(x, ldx, sizeof(T));
       // Braces: with parentheses these lines would declare functions.
       if (n <= kFusedShrinkRows) {
         const dim3 grid{unsigned(n), unsigned(rankRows)};
-        launch("loraShrink kernel", shrinkKernel<T, W>, grid, kShrinkThreads, 0, tp, xp, ap, numSlots, slotOfRow, in,
-            rankRows, vecA, ranks);
+        launch("loraShrink kernel", shrinkKernel<T, W>, grid, kShrinkThreads, 0, to, copy, xp, ldx, ap, numSlots,
+            slotOfRow, in, rankRows, vecA, ranks);
       } else if (n <= kStagedShrinkRows) {
         const int rb = stagedRankRows(n, rankRows);
         const dim3 grid{unsigned(n), unsigned(stagedBlocksPerRow(rankRows, rb))};
-        launch("loraShrink kernel", shrinkRowsKernel<T, W>, grid, kShrinkThreads, 0, tp, xp, ap, numSlots, slotOfRow,
-            in, rankRows, rb, vec, ranks);
+        launch("loraShrink kernel", shrinkRowsKernel<T, W>, grid, kShrinkThreads, 0, to, copy, xp, ldx, ap, numSlots,
+            slotOfRow, in, rankRows, rb, vec, ranks);
       } else {
         const int64_t groups = (rankRows + kShrinkWarps - 1) / kShrinkWarps, tile = tileRowsFor(n, groups);
         const dim3 grid{unsigned((n + tile - 1) / tile), unsigned(groups)};
         auto tiled = [&](auto kernel) {
-          launch("loraShrink tile kernel", kernel, grid, kShrinkThreads, 0, tp, xp, ap, numSlots, slotOfRow, n, in,
-              rankRows, vec, ranks);
+          launch("loraShrink tile kernel", kernel, grid, kShrinkThreads, 0, to, copy, xp, ldx, ap, numSlots, slotOfRow,
+              n, in, rankRows, vec, ranks);
         };
         if (tile == kMaxTileRows) tiled(shrinkTileKernel<T, W, kMaxTileRows>);
         else if (tile == 2) tiled(shrinkTileKernel<T, W, 2>);
@@ -292,10 +313,10 @@ void loraExpand(DType act, void* out, const void* t, Weights b, int64_t numSlots
 }
 
 void copyRegion(void* dst, DType dt, int64_t dstCols, const void* src, DType st, int64_t rows, int64_t cols,
-                int64_t rowOffset, int64_t colOffset, float scale, bool transpose) {
+                int64_t rowOffset, int64_t colOffset, float scale, bool transpose, int64_t srcLd) {
   if (rows * cols == 0) return;
   launch("copyRegion kernel", copyRegionKernel, strideGrid(rows * cols), 256, 0, dst, dt, dstCols, src, st, rows, cols,
-      rowOffset, colOffset, scale, transpose);
+      srcLd ? srcLd : cols, rowOffset, colOffset, scale, transpose);
 }
 
 void fill(void* t, DType dt, int64_t n, float value) {

@@ -11,11 +11,11 @@ constexpr int kThreads = 256;
 // One block per row. The second pass re-reads x (from L1/L2) instead of keeping it in
 // registers, so any row width works.
 template <typename T, typename W>
-__global__ void rmsNormKernel(T* out, const T* x, const W* w, int64_t dim, float eps) {
+__global__ void rmsNormKernel(T* out, int64_t ldo, const T* x, const W* w, int64_t dim, float eps) {
   __shared__ float partial[32];
   awaitPrior();
   const T* xr = x + blockIdx.x * dim;
-  T* o = out + blockIdx.x * dim;
+  T* o = out + blockIdx.x * ldo;
   float ss = 0;
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
     float v = toF(xr[i]);
@@ -50,15 +50,15 @@ __global__ void addRmsNormKernel(T* residual, const T* x, const W* w, T* out, in
 // wait for each other), then store their share of the columns and shrink
 // (storeAndShrinkRow: staged, or by block).
 template <typename T, typename W, typename A>
-__global__ void rmsNormShrinkKernel(T* __restrict__ out, const T* __restrict__ x, const W* w, int64_t dim, float eps,
-                                    T* t, const A* a, int64_t numSlots, const int32_t* slotOfRow, int64_t rankRows,
+__global__ void rmsNormShrinkKernel(T* __restrict__ out, int64_t ldo, const T* __restrict__ x, const W* w, int64_t dim,
+                                    float eps, RankOut<T> t, const A* a, int64_t numSlots, const int32_t* slotOfRow, int64_t rankRows,
                                     bool vec, bool staged, bool vecRow, int rb, SlotRanks sr) {
   __shared__ float partial[32];
   awaitPrior();
   const int64_t row = blockIdx.x;
   const int32_t slot = slotOfRow[row];  // loaded first: the shrink waits for it last
   const T* xr = x + row * dim;
-  T* o = out + row * dim;
+  T* o = out + row * ldo;
   float ss = 0;
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
     float v = toF(xr[i]);
@@ -100,13 +100,13 @@ __global__ void headRmsNormKernel(T* qkv, const W* qw, const W* kw, int64_t n, i
 
 }  // namespace
 
-void rmsNorm(DType act, void* out, const void* x, Weights w, int64_t rows, int64_t dim, float eps) {
+void rmsNorm(DType act, void* out, const void* x, Weights w, int64_t rows, int64_t dim, float eps, int64_t ldo) {
   if (rows == 0) return;
   withAct(act, [&](auto t) {
     withFloat(w.dtype, [&](auto wt) {
       using T = decltype(t);
       using W = decltype(wt);
-      launch("rmsNorm kernel", rmsNormKernel<T, W>, unsigned(rows), kThreads, 0, static_cast<T*>(out),
+      launch("rmsNorm kernel", rmsNormKernel<T, W>, unsigned(rows), kThreads, 0, static_cast<T*>(out), ldo ? ldo : dim,
           static_cast<const T*>(x), static_cast<const W*>(w.data), dim, eps);
     });
   });
@@ -128,9 +128,11 @@ void rmsNormShrink(DType act, void* out, const void* x, Weights w, int64_t rows,
                    LoraShrinkArgs lora) {
   if (rows == 0) return;
   const FusedShrink f = fusedShrinkFor(rows, dim, dtypeSize(act), lora.rankRows);
+  const bool wide = !lora.t;
   if (f.after) {
-    rmsNorm(act, out, x, w, rows, dim, eps);
-    return loraShrink(act, lora.t, out, lora.a, lora.numSlots, lora.slotOfRow, rows, dim, lora.rankRows, lora.ranks);
+    rmsNorm(act, out, x, w, rows, dim, eps, wide ? dim + lora.numSlots * lora.rankRows : 0);
+    return loraShrink(act, wide ? out : lora.t, out, lora.a, lora.numSlots, lora.slotOfRow, rows, dim, lora.rankRows,
+                      lora.ranks, wide);
   }
   withAct(act, [&](auto t) {
     withFloat(w.dtype, [&](auto wt) {
@@ -139,11 +141,13 @@ void rmsNormShrink(DType act, void* out, const void* x, Weights w, int64_t rows,
         using W = decltype(wt);
         using A = decltype(at);
         const bool vec = runsOf8(lora.a.data, dim, sizeof(A));
-        const bool vecRow = runsOf8(x, dim, sizeof(T)) && runsOf8(out, dim, sizeof(T)) &&
+        const RankOut<T> rank = rankOut<T>(out, dim, lora);
+        const int64_t ldo = wide ? rank.ld : dim;
+        const bool vecRow = runsOf8(x, dim, sizeof(T)) && runsOf8(out, ldo, sizeof(T)) &&
                             runsOf8(w.data, dim, sizeof(W));
         launch("rmsNormShrink kernel", rmsNormShrinkKernel<T, W, A>, f.grid, kThreads, f.stageBytes,
-            static_cast<T*>(out), static_cast<const T*>(x), static_cast<const W*>(w.data), dim, eps,
-            static_cast<T*>(lora.t), static_cast<const A*>(lora.a.data), lora.numSlots, lora.slotOfRow, lora.rankRows,
+            static_cast<T*>(out), ldo, static_cast<const T*>(x), static_cast<const W*>(w.data), dim, eps,
+            rank, static_cast<const A*>(lora.a.data), lora.numSlots, lora.slotOfRow, lora.rankRows,
             vec, f.staged, vecRow, f.rb, lora.ranks);
       });
     });

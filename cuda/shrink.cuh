@@ -8,6 +8,34 @@
 
 namespace mstar::gpu {
 
+// Where a shrink stores t[r, k] (rank row k of row r, for the row's slot). Narrow: t is
+// [n, rankRows], the row's own slot only. Wide (slots > 0): t is the tail of a wide row
+// [x | every slot's rank rows], rows ld apart: the row's value goes to its slot's columns
+// and zeros to every other slot's, so that one GEMM by [W | b over every slot] adds the
+// row's own adapter (the input of a projection whose weight carries b beside W).
+template <typename T>
+struct RankOut {
+  T* t;
+  int64_t ld;     // row stride of t, in elements
+  int64_t slots;  // 0: narrow
+
+  __device__ __forceinline__ void store(int64_t r, int32_t slot, int64_t k, int64_t rankRows, float v) const {
+    if (!slots) {
+      t[r * ld + k] = fromF<T>(v);
+      return;
+    }
+    for (int64_t s = 0; s < slots; ++s) t[r * ld + s * rankRows + k] = fromF<T>(s == slot ? v : 0.0f);
+  }
+};
+
+// A fused shrink's RankOut: narrow into lora.t, or (lora.t null) wide, after the first in
+// columns of out (its rows then in + numSlots * rankRows apart).
+template <typename T>
+RankOut<T> rankOut(void* out, int64_t in, const LoraShrinkArgs& lora) {
+  if (lora.t) return {static_cast<T*>(lora.t), lora.rankRows, 0};
+  return {static_cast<T*>(out) + in, in + lora.numSlots * lora.rankRows, lora.numSlots};
+}
+
 // This lane's share of x · aRow over the runs part, part + parts, ... of the row: a run is
 // 256 elements where vec (a's rows allow 16-byte loads, 8 consecutive elements a lane),
 // else 32.
@@ -43,7 +71,7 @@ __device__ __forceinline__ bool hasRankRow(const SlotRanks& sr, int32_t slot, in
 // load or two instead of walking a 1-12K row alone. Slot 0, a slot outside the table, or a
 // padding row gives zeros. The whole block must call it.
 template <typename T, typename A, typename F>
-__device__ void shrinkRowByBlock(T* t, const A* a, int64_t numSlots, int32_t slot, int64_t r, int64_t k,
+__device__ void shrinkRowByBlock(const RankOut<T>& t, const A* a, int64_t numSlots, int32_t slot, int64_t r, int64_t k,
                                  int64_t rankRows, int64_t in, bool vec, const SlotRanks& sr, F&& xAt) {
   __shared__ float partial[32];
   float acc = 0;
@@ -51,7 +79,7 @@ __device__ void shrinkRowByBlock(T* t, const A* a, int64_t numSlots, int32_t slo
     acc = shrinkPart(a + (int64_t(slot) * rankRows + k) * in, in, threadIdx.x / 32, blockDim.x / 32, threadIdx.x % 32,
                      vec, xAt);
   acc = blockSum(acc, partial);
-  if (threadIdx.x == 0) t[r * rankRows + k] = fromF<T>(acc);
+  if (threadIdx.x == 0) t.store(r, slot, k, rankRows, acc);
 }
 
 // Rank rows k0 .. k0 + rb of row r into t (rb <= kBlockRankRows), by the whole block: each
@@ -64,7 +92,7 @@ __device__ void shrinkRowByBlock(T* t, const A* a, int64_t numSlots, int32_t slo
 // thread and made the kernels slower: fewer blocks fit an SM.)
 constexpr int kBlockRankRows = 8;
 template <typename T, typename A, typename F>
-__device__ void shrinkRowsByBlock(T* t, const A* a, int64_t numSlots, int32_t slot, int64_t r, int64_t k0, int rb,
+__device__ void shrinkRowsByBlock(const RankOut<T>& t, const A* a, int64_t numSlots, int32_t slot, int64_t r, int64_t k0, int rb,
                                   int64_t rankRows, int64_t in, bool vec, const SlotRanks& sr, F&& xAt) {
   constexpr int RB = kBlockRankRows;
   const A* aRow[RB];
@@ -110,7 +138,7 @@ __device__ void shrinkRowsByBlock(T* t, const A* a, int64_t numSlots, int32_t sl
   if (threadIdx.x < rb && k0 + threadIdx.x < rankRows) {
     float sum = 0;
     for (int w = 0; w < int(blockDim.x / 32); ++w) sum += partial[threadIdx.x][w];
-    t[r * rankRows + k0 + threadIdx.x] = fromF<T>(sum);
+    t.store(r, slot, k0 + threadIdx.x, rankRows, sum);
   }
 }
 
@@ -150,7 +178,8 @@ __device__ __forceinline__ int64_t stagedShare(int64_t in, int blocks) { return 
 // from there; else rank row blockIdx.y, recomputing the values. make1(i) gives value i as
 // the op stores it, make8(i, v) values i .. i + 7 from 16-byte loads (vecRow).
 template <typename T, typename A, typename F8, typename F1>
-__device__ __forceinline__ void storeAndShrinkRow(T* out, int64_t in, bool staged, bool vecRow, int rb, T* t, const A* a,
+__device__ __forceinline__ void storeAndShrinkRow(T* out, int64_t in, bool staged, bool vecRow, int rb, const RankOut<T>& t,
+                                                  const A* a,
                                                   int64_t numSlots, int32_t slot, int64_t row, int64_t rankRows,
                                                   bool vec, const SlotRanks& sr, F8&& make8, F1&& make1) {
   if (staged) {

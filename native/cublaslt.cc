@@ -5,6 +5,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -142,7 +143,7 @@ std::mutex gMutex;
 Handle gHandle = nullptr;
 void* gWorkspace = nullptr;
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;
-using ShapeKey = std::tuple<int64_t, int64_t, int64_t, uint32_t, uint32_t, uint32_t, bool>;
+using ShapeKey = std::tuple<int64_t, int64_t, int64_t, int64_t, uint32_t, uint32_t, uint32_t, bool>;
 std::map<ShapeKey, std::pair<bool, Algo>> gAlgos;  // false: cuBLASLt has none for this shape
 
 }  // namespace
@@ -153,7 +154,8 @@ const Status& status() {
 }
 
 bool gemmBf16(void* out, const void* x, const void* w, int64_t n, int64_t in, int64_t outF, void* stream,
-              bool accumulate) {
+              bool accumulate, int64_t ldw) {
+  if (ldw == 0) ldw = in;
   if (!status().loaded) return false;
   std::lock_guard<std::mutex> lock(gMutex);
   // Made outside any capture: allocated inside one, the workspace would be the graph's
@@ -164,18 +166,22 @@ bool gemmBf16(void* out, const void* x, const void* w, int64_t n, int64_t in, in
   if (!gWorkspace) gWorkspace = gpu::alloc(kWorkspaceBytes);
 
   // Row-major out = x · wᵀ is column-major outᵀ[outF, n] = w' · xᵀ, with w' = w read
-  // transposed: A = w (in x outF, ld in, op T), B = x (in x n, ld in), D = out (outF x n).
+  // transposed: A = w (in x outF, ld ldw, op T), B = x (in x n, ld in), D = out (outF x n).
   Descs d;
   check(gApi.descCreate(&d.desc, kComputeF32, kDataF32), "cublasLtMatmulDescCreate");
   int32_t opT = kOpT, opN = kOpN;
   check(gApi.descSetAttribute(d.desc, kDescTransA, &opT, sizeof opT), "set TRANSA");
   check(gApi.descSetAttribute(d.desc, kDescTransB, &opN, sizeof opN), "set TRANSB");
-  check(gApi.layoutCreate(&d.a, kDataBf16, uint64_t(in), uint64_t(outF), in), "cublasLtMatrixLayoutCreate(A)");
+  check(gApi.layoutCreate(&d.a, kDataBf16, uint64_t(in), uint64_t(outF), ldw), "cublasLtMatrixLayoutCreate(A)");
   check(gApi.layoutCreate(&d.b, kDataBf16, uint64_t(in), uint64_t(n), in), "cublasLtMatrixLayoutCreate(B)");
   check(gApi.layoutCreate(&d.d, kDataBf16, uint64_t(outF), uint64_t(n), outF), "cublasLtMatrixLayoutCreate(D)");
 
-  uint32_t alignA = alignmentOf(w), alignB = alignmentOf(x), alignD = alignmentOf(out);
-  ShapeKey key{n, in, outF, alignA, alignB, alignD, accumulate};
+  // Every row must be as aligned as the heuristic is told: the stride counts too.
+  auto rowsAlignment = [](const void* p, int64_t ld) {
+    return std::min(alignmentOf(p), alignmentOf(reinterpret_cast<const void*>(uintptr_t(ld) * sizeof(uint16_t))));
+  };
+  uint32_t alignA = rowsAlignment(w, ldw), alignB = rowsAlignment(x, in), alignD = rowsAlignment(out, outF);
+  ShapeKey key{n, in, outF, ldw, alignA, alignB, alignD, accumulate};
   auto found = gAlgos.find(key);
   if (found == gAlgos.end()) {
     check(gApi.prefCreate(&d.pref), "cublasLtMatmulPreferenceCreate");

@@ -22,8 +22,9 @@ const Status& status();
 // `stream` (a cudaStream_t); accumulate: out += that (beta = 1; the H200's kernels add C in
 // bf16, to the product rounded first). Returns false, having enqueued nothing, when cuBLASLt
 // is not loaded or offers no algorithm for this case, so the caller runs its own kernel;
-// throws gpu::Error when a cuBLASLt call fails.
+// throws gpu::Error when a cuBLASLt call fails. ldw: w's row stride (0: in), for the first
+// in columns of a wider weight.
 bool gemmBf16(void* out, const void* x, const void* w, int64_t n, int64_t in, int64_t outF, void* stream,
-              bool accumulate = false);
+              bool accumulate = false, int64_t ldw = 0);
 
 }  // namespace mstar::cublaslt

@@ -34,14 +34,15 @@ struct SlotRanks {
 };
 
 void embedding(DType act, void* out, Weights table, int64_t tableRows, const int32_t* ids, int64_t n, int64_t dim);
-void rmsNorm(DType act, void* out, const void* x, Weights w, int64_t rows, int64_t dim, float eps);
+// ldo: out's row stride (0: dim), for a wide row (see loraShrink).
+void rmsNorm(DType act, void* out, const void* x, Weights w, int64_t rows, int64_t dim, float eps, int64_t ldo = 0);
 void addRmsNorm(DType act, void* residual, const void* x, Weights w, void* out, int64_t rows, int64_t dim, float eps);
 void headRmsNorm(DType act, void* qkv, Weights qw, Weights kw, int64_t n, HeadLayout l, float eps);
 // accumulate: out += x · wᵀ (+ bias), one rounding (how the residual stream takes a projection).
 void linear(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
             bool accumulate = false);
 void rope(DType act, void* qkv, const int32_t* positions, const float* invFreq, int64_t n, HeadLayout l, int half);
-void siluMul(DType act, void* out, const void* gateUp, int64_t n, int64_t inter);
+void siluMul(DType act, void* out, const void* gateUp, int64_t n, int64_t inter, int64_t ldo = 0);
 void add(DType act, void* out, const void* a, const void* b, int64_t n);
 void gatherRows(DType act, void* out, const void* x, int64_t xRows, const int32_t* idx, int64_t m, int64_t dim);
 // Where 0 <= from[i] < numSampled: tokens[i] = sampled[from[i]], embedRows[i] = rowSlots[i] * vocab + tokens[i].
@@ -63,8 +64,10 @@ void logprobs(DType act, float* chosenLp, int32_t* topIds, float* topLp, int64_t
               const int32_t* chosen, int64_t n, int64_t vocab);
 
 // a: [numSlots, rankRows, in]; b: [outF, numSlots, rankRows]. Grids depend on n and the sizes only.
+// wide: t is a wide row [n, in + numSlots * rankRows], x then every slot's rank rows (the row's
+// own slot's t, zeros in the others'); x is copied there, or read there when x == t.
 void loraShrink(DType act, void* t, const void* x, Weights a, int64_t numSlots, const int32_t* slotOfRow, int64_t n,
-                int64_t in, int64_t rankRows, SlotRanks ranks = {});
+                int64_t in, int64_t rankRows, SlotRanks ranks = {}, bool wide = false);
 void loraExpand(DType act, void* out, const void* t, Weights b, int64_t numSlots, const int32_t* slotOfRow,
                 const int32_t* sliceStarts, int64_t numSlices, int64_t n, int64_t outF, int64_t rank,
                 SlotRanks ranks = {});
@@ -77,7 +80,7 @@ void loraExpandAdd(DType act, void* out, const void* delta, const void* t, Weigh
 // The LoRA operands of the fused ops: each row uses its slotOfRow slot (0 or out of range:
 // none). Shrink: t [n, rankRows] = x · a[slot]ᵀ. Expand: out += t[slice of the column] · b[slot]ᵀ.
 struct LoraShrinkArgs {
-  void* t;
+  void* t;  // null: wide, the producing op's out is [n, in + numSlots * rankRows] (see loraShrink)
   Weights a;  // [numSlots, rankRows, in]
   int64_t numSlots;
   const int32_t* slotOfRow;
@@ -102,7 +105,7 @@ void siluMulShrink(DType act, void* out, const void* gateUp, int64_t n, int64_t 
 void linearExpand(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in,
                   int64_t outF, LoraExpandArgs lora, bool accumulate);
 void copyRegion(void* dst, DType dt, int64_t dstCols, const void* src, DType st, int64_t rows, int64_t cols,
-                int64_t rowOffset, int64_t colOffset, float scale, bool transpose);
+                int64_t rowOffset, int64_t colOffset, float scale, bool transpose, int64_t srcLd = 0);
 void fill(void* t, DType dt, int64_t n, float value);
 // Waits for the stream: the result comes back to the host.
 double maxAbsDiff(const void* a, DType at, const void* b, DType bt, int64_t n);

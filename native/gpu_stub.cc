@@ -53,12 +53,12 @@ size_t graphNodes(const Graph*) noexcept { return 0; }
 void destroyGraph(Graph*) noexcept {}
 
 void embedding(DType, void*, Weights, int64_t, const int32_t*, int64_t, int64_t) { none(); }
-void rmsNorm(DType, void*, const void*, Weights, int64_t, int64_t, float) { none(); }
+void rmsNorm(DType, void*, const void*, Weights, int64_t, int64_t, float, int64_t) { none(); }
 void addRmsNorm(DType, void*, const void*, Weights, void*, int64_t, int64_t, float) { none(); }
 void headRmsNorm(DType, void*, Weights, Weights, int64_t, HeadLayout, float) { none(); }
 void linear(DType, void*, const void*, Weights, const Weights*, int64_t, int64_t, int64_t, bool) { none(); }
 void rope(DType, void*, const int32_t*, const float*, int64_t, HeadLayout, int) { none(); }
-void siluMul(DType, void*, const void*, int64_t, int64_t) { none(); }
+void siluMul(DType, void*, const void*, int64_t, int64_t, int64_t) { none(); }
 void add(DType, void*, const void*, const void*, int64_t) { none(); }
 void gatherRows(DType, void*, const void*, int64_t, const int32_t*, int64_t, int64_t) { none(); }
 void feedTokens(int32_t*, int32_t*, const int32_t*, int64_t, const int32_t*, const int32_t*, int, int64_t) { none(); }
@@ -73,7 +73,7 @@ void pagedAttention(DType, void*, const void*, KvCache, const int32_t*, int64_t,
 }
 void sample(DType, int32_t*, const void*, int64_t, int64_t, SamplingRows) { none(); }
 void logprobs(DType, float*, int32_t*, float*, int64_t, const void*, const int32_t*, int64_t, int64_t) { none(); }
-void loraShrink(DType, void*, const void*, Weights, int64_t, const int32_t*, int64_t, int64_t, int64_t, SlotRanks) {
+void loraShrink(DType, void*, const void*, Weights, int64_t, const int32_t*, int64_t, int64_t, int64_t, SlotRanks, bool) {
   none();
 }
 void loraExpand(DType, void*, const void*, Weights, int64_t, const int32_t*, const int32_t*, int64_t, int64_t, int64_t,
@@ -90,7 +90,9 @@ void siluMulShrink(DType, void*, const void*, int64_t, int64_t, LoraShrinkArgs) 
 void linearExpand(DType, void*, const void*, Weights, const Weights*, int64_t, int64_t, int64_t, LoraExpandArgs, bool) {
   none();
 }
-void copyRegion(void*, DType, int64_t, const void*, DType, int64_t, int64_t, int64_t, int64_t, float, bool) { none(); }
+void copyRegion(void*, DType, int64_t, const void*, DType, int64_t, int64_t, int64_t, int64_t, float, bool, int64_t) {
+  none();
+}
 void fill(void*, DType, int64_t, float) { none(); }
 double maxAbsDiff(const void*, DType, const void*, DType, int64_t) { none(); }
 

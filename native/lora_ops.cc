@@ -22,24 +22,38 @@ gpu::SlotRanks shrinkRanks(const OpArgs& a, const Tensor* ranks, const Tensor& w
   return {expectSlotRanks(a, ranks, w.dim(0), slices, w.dim(1) / slices), slices};
 }
 
-// loraShrink(t [n, S*R], x [n, in], a [slots, S*R, in], slotOfRow [n], slotRanks? [slots, S])
+// A wide row [x (in) | every slot's rank rows]: its width for a [slots, rankRows, in].
+int64_t wideWidth(const Tensor& la, int64_t in) { return in + la.dim(0) * la.dim(1); }
+
+// The shrink of x's rows on the CPU into t: narrow, or (wide) joined with x (cpu::joinWide).
+void cpuShrink(const OpArgs& a, float* t, bool wide, const float* x, const Tensor& la, const Tensor& slots, int64_t n,
+               int64_t in, const gpu::SlotRanks& sr) {
+  std::vector<float> narrow(wide ? size_t(n * la.dim(1)) : 0);
+  float* dst = wide ? narrow.data() : t;
+  cpu::loraShrink(dst, x, a.weights(la), slots.ptr<int32_t>(), n, in, la.dim(1), sr.ranks, sr.ranks ? sr.slices : 1);
+  if (wide) cpu::joinWide(t, x, dst, slots.ptr<int32_t>(), la.dim(0), n, in, la.dim(1));
+}
+
+// loraShrink(t, x [n, in], a [slots, S*R, in], slotOfRow [n], slotRanks? [slots, S]): t is
+// [n, S*R] (each row's own slot), or wide, [n, in + slots*S*R]: x, then every slot's rank rows
+// (the row's own, zeros in the others'), the input of a weight that carries b beside W.
 Napi::Value LoraShrink(const Napi::CallbackInfo& info) {
   OpArgs a(info, "loraShrink");
   Tensor &t = a.tensor(0, "t"), &x = a.tensor(1, "x"), &w = a.tensor(2, "a"), &slots = a.tensor(3, "slotOfRow");
   Tensor* ranks = a.optionalTensor(4, "slotRanks");
   bool cuda = a.oneDevice();
-  expectShrink(a, t, x, "x", w, slots);
+  const bool wide = t.rank() == 2 && w.rank() == 3 && x.rank() == 2 && t.dim(1) == wideWidth(w, x.dim(1));
+  expectShrink(a, t, x, "x", w, slots, wide);
   const gpu::SlotRanks sr = shrinkRanks(a, ranks, w);
   DType act = x.dtype();
   if (cuda) {
     a.run([&] {
       gpu::loraShrink(act, t.data(), x.data(), a.weights(w), w.dim(0), slots.ptr<int32_t>(), x.dim(0), x.dim(1), w.dim(1),
-                      sr);
+                      sr, wide);
     });
     return info.Env().Undefined();
   }
-  cpu::loraShrink(t.ptr<float>(), x.ptr<float>(), a.weights(w), slots.ptr<int32_t>(), x.dim(0), x.dim(1), w.dim(1),
-                  sr.ranks, sr.ranks ? sr.slices : 1);
+  cpuShrink(a, t.ptr<float>(), wide, x.ptr<float>(), w, slots, x.dim(0), x.dim(1), sr);
   return info.Env().Undefined();
 }
 
@@ -70,54 +84,75 @@ Napi::Value LoraExpand(const Napi::CallbackInfo& info) {
 }
 
 // rmsNormShrink(out, x, w, eps, t, a, slotOfRow, slotRanks?): rmsNorm, then loraShrink of its output;
-// on CUDA one launch, the shrink computed where the normed row is made.
+// on CUDA one launch, the shrink computed where the normed row is made. t null: out is a wide
+// row [rows, dim + slots*S*R] (see loraShrink) and takes both.
 Napi::Value RmsNormShrink(const Napi::CallbackInfo& info) {
   OpArgs a(info, "rmsNormShrink");
   Tensor &out = a.tensor(0, "out"), &x = a.tensor(1, "x"), &w = a.tensor(2, "w");
   float eps = float(a.number(3, "eps"));
-  Tensor &t = a.tensor(4, "t"), &la = a.tensor(5, "a"), &slots = a.tensor(6, "slotOfRow");
+  Tensor* t = a.optionalTensor(4, "t");
+  Tensor &la = a.tensor(5, "a"), &slots = a.tensor(6, "slotOfRow");
   Tensor* ranks = a.optionalTensor(7, "slotRanks");
   bool cuda = a.oneDevice();
-  DType act = expectRmsNorm(a, out, x, w);
+  DType act = expectRmsNorm(a, t ? out : x, x, w);  // wide: out is checked below
   const int64_t dim = w.dim(0), rows = x.numel() / dim;
-  a.expectShape(out, {rows, dim}, "out");  // the rows and dim both backends use
-  expectShrink(a, t, out, "out", la, slots);
+  if (t) {
+    a.expectShape(out, {rows, dim}, "out");  // the rows and dim both backends use
+    expectShrink(a, *t, out, "out", la, slots);
+  } else {
+    a.expectShape(x, {rows, dim}, "x");
+    expectShrink(a, out, x, "x", la, slots, true);
+  }
   const gpu::SlotRanks sr = shrinkRanks(a, ranks, la);
   if (cuda) {
     a.run([&] {
       gpu::rmsNormShrink(act, out.data(), x.data(), a.weights(w), rows, dim, eps,
-                         {t.data(), a.weights(la), la.dim(0), slots.ptr<int32_t>(), la.dim(1), sr});
+                         {t ? t->data() : nullptr, a.weights(la), la.dim(0), slots.ptr<int32_t>(), la.dim(1), sr});
     });
     return info.Env().Undefined();
   }
-  cpu::rmsNorm(out.ptr<float>(), x.ptr<float>(), a.weights(w), rows, dim, eps);
-  cpu::loraShrink(t.ptr<float>(), out.ptr<float>(), a.weights(la), slots.ptr<int32_t>(), rows, dim, la.dim(1), sr.ranks,
-                  sr.ranks ? sr.slices : 1);
+  std::vector<float> normed(t ? 0 : size_t(rows * dim));
+  float* y = t ? out.ptr<float>() : normed.data();
+  cpu::rmsNorm(y, x.ptr<float>(), a.weights(w), rows, dim, eps);
+  cpuShrink(a, t ? t->ptr<float>() : out.ptr<float>(), !t, y, la, slots, rows, dim, sr);
   return info.Env().Undefined();
 }
 
 // siluMulShrink(out, gateUp, t, a, slotOfRow, slotRanks?): siluMul, then loraShrink of its output; on
-// CUDA one launch.
+// CUDA one launch. t null: out is a wide row [n, inter + slots*S*R] (see loraShrink).
 Napi::Value SiluMulShrink(const Napi::CallbackInfo& info) {
   OpArgs a(info, "siluMulShrink");
   Tensor &out = a.tensor(0, "out"), &gu = a.tensor(1, "gateUp");
-  Tensor &t = a.tensor(2, "t"), &la = a.tensor(3, "a"), &slots = a.tensor(4, "slotOfRow");
+  Tensor* t = a.optionalTensor(2, "t");
+  Tensor &la = a.tensor(3, "a"), &slots = a.tensor(4, "slotOfRow");
   Tensor* ranks = a.optionalTensor(5, "slotRanks");
   bool cuda = a.oneDevice();
-  DType act = expectSiluMul(a, out, gu);
-  expectShrink(a, t, out, "out", la, slots);
+  DType act = a.expectAct(gu, "gateUp");
+  a.expectRank(gu, 2, "gateUp");
+  const int64_t n = gu.dim(0), inter = gu.dim(1) / 2;
+  if (t) {
+    expectSiluMul(a, out, gu);
+    expectShrink(a, *t, out, "out", la, slots);
+  } else {
+    a.expect(gu.dim(1) % 2 == 0 && la.rank() == 3, "gateUp " + gu.describe() + " must have an even width, a " +
+                                                       la.describe() + " be [slots, slices * rank, in]");
+    a.expectAct(out, "out");
+    a.expectShape(out, {n, wideWidth(la, inter)}, "out");
+    a.expect(la.dim(2) == inter, "a " + la.describe() + " does not match gateUp " + gu.describe());
+    expectSlotOfRow(a, slots, n, la.dim(0));
+  }
   const gpu::SlotRanks sr = shrinkRanks(a, ranks, la);
-  const int64_t n = out.dim(0), inter = out.dim(1);
   if (cuda) {
     a.run([&] {
       gpu::siluMulShrink(act, out.data(), gu.data(), n, inter,
-                         {t.data(), a.weights(la), la.dim(0), slots.ptr<int32_t>(), la.dim(1), sr});
+                         {t ? t->data() : nullptr, a.weights(la), la.dim(0), slots.ptr<int32_t>(), la.dim(1), sr});
     });
     return info.Env().Undefined();
   }
-  cpu::siluMul(out.ptr<float>(), gu.ptr<float>(), n, inter);
-  cpu::loraShrink(t.ptr<float>(), out.ptr<float>(), a.weights(la), slots.ptr<int32_t>(), n, inter, la.dim(1), sr.ranks,
-                  sr.ranks ? sr.slices : 1);
+  std::vector<float> made(t ? 0 : size_t(n * inter));
+  float* y = t ? out.ptr<float>() : made.data();
+  cpu::siluMul(y, gu.ptr<float>(), n, inter);
+  cpuShrink(a, t ? t->ptr<float>() : out.ptr<float>(), !t, y, la, slots, n, inter, sr);
   return info.Env().Undefined();
 }
 
@@ -139,7 +174,7 @@ Napi::Value LinearExpand(const Napi::CallbackInfo& info) {
   const int32_t* st = starts.ptr<int32_t>();
   if (cuda) {
     a.run([&] {
-      gpu::linearExpand(act, out.data(), x.data(), a.weights(w), bias ? &bw : nullptr, n, in, outF,
+      gpu::linearExpand(act, out.data(), x.data(), linearWeights(a, w), bias ? &bw : nullptr, n, in, outF,
                         {t.data(), a.weights(lb), lb.dim(1), slots.ptr<int32_t>(), st, numSlices, rank, {sr, numSlices}},
                         accumulate);
     });
@@ -149,13 +184,14 @@ Napi::Value LinearExpand(const Napi::CallbackInfo& info) {
   // transformers' order: residual + (base + lora).
   std::vector<float> delta(accumulate ? size_t(n * outF) : 0);
   float* y = accumulate ? delta.data() : out.ptr<float>();
-  cpu::linear(y, x.ptr<float>(), a.weights(w), bias ? &bw : nullptr, n, in, outF);
+  cpu::linear(y, x.ptr<float>(), linearWeights(a, w), bias ? &bw : nullptr, n, in, outF);
   cpu::loraExpand(y, t.ptr<float>(), a.weights(lb), lb.dim(1), slots.ptr<int32_t>(), st, numSlices, n, outF, rank, sr);
   if (accumulate) cpu::add(out.ptr<float>(), out.ptr<float>(), y, n * outF);
   return info.Env().Undefined();
 }
 
-// copyRegion(dst [R, C], src [r, c], rowOffset, colOffset, scale, transpose)
+// copyRegion(dst [R, C], src [r, c], rowOffset, colOffset, scale, transpose, srcCols?): srcCols
+// copies only src's first srcCols columns (narrowing a wide weight back).
 Napi::Value CopyRegion(const Napi::CallbackInfo& info) {
   OpArgs a(info, "copyRegion");
   Tensor &dst = a.tensor(0, "dst"), &src = a.tensor(1, "src");
@@ -167,18 +203,20 @@ Napi::Value CopyRegion(const Napi::CallbackInfo& info) {
   a.expectFloat(src, "src");
   a.expectRank(dst, 2, "dst");
   a.expectRank(src, 2, "src");
-  int64_t rows = transpose ? src.dim(1) : src.dim(0), cols = transpose ? src.dim(0) : src.dim(1);
+  const int64_t srcCols = info.Length() > 6 && !info[6].IsUndefined() ? a.integer(6, "srcCols", 1) : src.dim(1);
+  a.expect(srcCols <= src.dim(1), "srcCols " + std::to_string(srcCols) + " is past src " + src.describe());
+  int64_t rows = transpose ? srcCols : src.dim(0), cols = transpose ? src.dim(0) : srcCols;
   a.expect(rowOffset + rows <= dst.dim(0) && colOffset + cols <= dst.dim(1),
            "src " + src.describe() + (transpose ? " transposed" : "") + " at (" + std::to_string(rowOffset) + ", " +
                std::to_string(colOffset) + ") does not fit in dst " + dst.describe());
   if (cuda)
     a.run([&] {
-      gpu::copyRegion(dst.data(), dst.dtype(), dst.dim(1), src.data(), src.dtype(), src.dim(0), src.dim(1), rowOffset,
-                      colOffset, scale, transpose);
+      gpu::copyRegion(dst.data(), dst.dtype(), dst.dim(1), src.data(), src.dtype(), src.dim(0), srcCols, rowOffset,
+                      colOffset, scale, transpose, src.dim(1));
     });
   else
-    cpu::copyRegion(dst.data(), dst.dtype(), dst.dim(1), src.data(), src.dtype(), src.dim(0), src.dim(1), rowOffset,
-                    colOffset, scale, transpose);
+    cpu::copyRegion(dst.data(), dst.dtype(), dst.dim(1), src.data(), src.dtype(), src.dim(0), srcCols, rowOffset,
+                    colOffset, scale, transpose, src.dim(1));
   return info.Env().Undefined();
 }
 

@@ -40,13 +40,14 @@ DType expectAddRmsNorm(OpArgs& a, const Tensor& res, const Tensor& x, const Tens
 }
 
 DType expectLinear(OpArgs& a, const Tensor& out, const Tensor& x, const Tensor& w, const Tensor* bias,
-                   cpu::Weights* biasWeights) {
+                   cpu::Weights* biasWeights, int64_t wCol) {
   DType act = a.expectAct(x, "x");
   a.expectRank(x, 2, "x");
   a.expectFloat(w, "w");
   a.expectRank(w, 2, "w");
-  a.expect(x.dim(1) == w.dim(1), "w is " + w.describe() + " ([out, in]) but x " + x.describe() + " has " +
-                                     std::to_string(x.dim(1)) + " columns");
+  a.expect(wCol >= 0 && wCol + x.dim(1) <= w.dim(1),
+           "w is " + w.describe() + " ([out, in]) but x " + x.describe() + " has " + std::to_string(x.dim(1)) +
+               " columns" + (wCol ? " from column " + std::to_string(wCol) : std::string()));
   a.expectAct(out, "out");
   a.expectShape(out, {x.dim(0), w.dim(0)}, "out");
   if (bias) {
@@ -55,6 +56,13 @@ DType expectLinear(OpArgs& a, const Tensor& out, const Tensor& x, const Tensor& 
     *biasWeights = a.weights(*bias);
   }
   return act;
+}
+
+cpu::Weights linearWeights(const OpArgs& a, const Tensor& w, int64_t wCol) {
+  cpu::Weights v = a.weights(w);
+  v.data = static_cast<const char*>(v.data) + wCol * int64_t(dtypeSize(w.dtype()));
+  v.ld = w.dim(1);
+  return v;
 }
 
 void expectSlotOfRow(const OpArgs& a, const Tensor& slots, int64_t rows, int64_t numSlots) {
@@ -67,7 +75,8 @@ void expectSlotOfRow(const OpArgs& a, const Tensor& slots, int64_t rows, int64_t
                                                " is not one of the " + std::to_string(numSlots) + " slots");
 }
 
-void expectShrink(OpArgs& a, const Tensor& t, const Tensor& x, const char* xName, const Tensor& w, const Tensor& slots) {
+void expectShrink(OpArgs& a, const Tensor& t, const Tensor& x, const char* xName, const Tensor& w, const Tensor& slots,
+                  bool wide) {
   a.expectAct(x, xName);
   a.expectRank(x, 2, xName);
   a.expectFloat(w, "a");
@@ -75,7 +84,7 @@ void expectShrink(OpArgs& a, const Tensor& t, const Tensor& x, const char* xName
   a.expect(w.dim(2) == x.dim(1),
            "a " + w.describe() + " ([slots, slices * rank, in]) does not match " + xName + " " + x.describe());
   a.expectAct(t, "t");
-  a.expectShape(t, {x.dim(0), w.dim(1)}, "t");
+  a.expectShape(t, {x.dim(0), wide ? x.dim(1) + w.dim(0) * w.dim(1) : w.dim(1)}, wide ? "wide t" : "t");
   expectSlotOfRow(a, slots, x.dim(0), w.dim(0));
 }
 

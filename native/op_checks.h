@@ -15,16 +15,21 @@ DType expectSiluMul(OpArgs& a, const Tensor& out, const Tensor& gateUp);
 // residual, x and out [rows, dim] activations; w [dim]. Returns the activation dtype.
 DType expectAddRmsNorm(OpArgs& a, const Tensor& res, const Tensor& x, const Tensor& w, const Tensor& out);
 
-// out [n, outF] = x [n, in] · w [outF, in]ᵀ (+ bias [outF]). Returns the activation dtype;
-// *bias is the bias operand or stays empty.
+// out [n, outF] = x [n, in] · w [outF, wCol .. wCol + in]ᵀ (+ bias [outF]): w may be wider than
+// x (a projection's weight with every adapter slot's b beside it). Returns the activation
+// dtype; *bias is the bias operand or stays empty.
 DType expectLinear(OpArgs& a, const Tensor& out, const Tensor& x, const Tensor& w, const Tensor* bias,
-                   cpu::Weights* biasWeights);
+                   cpu::Weights* biasWeights, int64_t wCol = 0);
+// w's columns from wCol as a linear's weight operand (rows w.dim(1) apart).
+cpu::Weights linearWeights(const OpArgs& a, const Tensor& w, int64_t wCol = 0);
 
 // slotOfRow: i32 [rows]; on the CPU each entry must be one of numSlots.
 void expectSlotOfRow(const OpArgs& a, const Tensor& slots, int64_t rows, int64_t numSlots);
 
 // t [n, S*R] = x [n, in] · a [slots, S*R, in] per row's slot; xName: what the op calls x.
-void expectShrink(OpArgs& a, const Tensor& t, const Tensor& x, const char* xName, const Tensor& w, const Tensor& slots);
+// wide: t is [n, in + slots*S*R] (x, then every slot's rank rows).
+void expectShrink(OpArgs& a, const Tensor& t, const Tensor& x, const char* xName, const Tensor& w, const Tensor& slots,
+                  bool wide = false);
 
 // out [n, outF] += t [n, S*R] · b [outF, slots, S*R] per row's slot and column's slice
 // (sliceStarts [S+1]). Returns S.

@@ -150,15 +150,17 @@ Napi::Value Linear(const Napi::CallbackInfo& info) {
   Tensor &out = a.tensor(0, "out"), &x = a.tensor(1, "x"), &w = a.tensor(2, "w");
   Tensor* bias = a.optionalTensor(3, "bias");
   const bool accumulate = a.flag(4);
+  const int64_t wCol = info.Length() > 5 && !info[5].IsUndefined() ? a.integer(5, "wCol") : 0;
   bool cuda = a.oneDevice();
   cpu::Weights b{};
-  DType act = expectLinear(a, out, x, w, bias, &b);
+  DType act = expectLinear(a, out, x, w, bias, &b, wCol);
+  const cpu::Weights weights = linearWeights(a, w, wCol);
   if (cuda)
     a.run([&] {
-      gpu::linear(act, out.data(), x.data(), a.weights(w), bias ? &b : nullptr, x.dim(0), x.dim(1), w.dim(0), accumulate);
+      gpu::linear(act, out.data(), x.data(), weights, bias ? &b : nullptr, x.dim(0), x.dim(1), w.dim(0), accumulate);
     });
   else
-    cpu::linear(out.ptr<float>(), x.ptr<float>(), a.weights(w), bias ? &b : nullptr, x.dim(0), x.dim(1), w.dim(0),
+    cpu::linear(out.ptr<float>(), x.ptr<float>(), weights, bias ? &b : nullptr, x.dim(0), x.dim(1), w.dim(0),
                 accumulate);
   return info.Env().Undefined();
 }

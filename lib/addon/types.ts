@@ -141,8 +141,12 @@ export interface Binding {
   addRmsNorm(residual: Tensor, x: Tensor, w: Tensor, eps: number, out: Tensor): void;
   /** In place on the q and k heads of a fused qkv tensor. */
   headRmsNorm(qkv: Tensor, qWeight: Tensor, kWeight: Tensor, numHeads: number, numKvHeads: number, headDim: number, eps: number): void;
-  /** out = x · wᵀ (+ bias); accumulate: out += that, rounded once (a residual stream taking a projection). */
-  linear(out: Tensor, x: Tensor, w: Tensor, bias: Tensor | null, accumulate?: boolean): void;
+  /**
+   * out = x · wᵀ (+ bias); accumulate: out += that, rounded once (a residual stream taking a
+   * projection). w may be wider than x: x [n, in] meets w's columns [wCol, wCol + in) (a
+   * projection's weight with every adapter slot's b beside W, see lib/lora/slot_weights.ts).
+   */
+  linear(out: Tensor, x: Tensor, w: Tensor, bias: Tensor | null, accumulate?: boolean, wCol?: number): void;
   /** In place on q and k heads; rotates the first 2 * invFreq.length dims of each head. */
   rope(qkv: Tensor, positions: Tensor, invFreq: Tensor, numHeads: number, numKvHeads: number, headDim: number): void;
   siluMul(out: Tensor, gateUp: Tensor): void;
@@ -171,6 +175,11 @@ export interface Binding {
    * slotRanks (every LoRA op): i32 [slots, S], each slot's rank per slice; rank rows past it
    * are zero padding, neither read nor multiplied.
    */
+  /**
+   * Or t is a wide row, [n, in + slots * S * R]: x, then every slot's S * R columns, the row's
+   * own slot's holding its t and the others zeros: [x | t] · [W | b over every slot]ᵀ is then
+   * the projection with its adapter, one GEMM.
+   */
   loraShrink(t: Tensor, x: Tensor, a: Tensor, slotOfRow: Tensor, slotRanks?: Tensor): void;
   /**
    * out[n, outF] += per row, t(slice of each output row) · B[slotOfRow]ᵀ. b: [outF, slots, S * R], b[o, slot]
@@ -180,17 +189,17 @@ export interface Binding {
   loraExpand(out: Tensor, t: Tensor, b: Tensor, slotOfRow: Tensor, sliceStarts: Tensor, slotRanks?: Tensor): void;
   /** t [n, slots * W]: row r keeps only its slot's W columns, [slot * W, (slot + 1) * W); slot 0 rows become 0. */
   loraMask(t: Tensor, slotOfRow: Tensor, slots: number): void;
-  /** rmsNorm, then loraShrink(t, out, a, slotOfRow): one launch on CUDA. */
-  rmsNormShrink(out: Tensor, x: Tensor, w: Tensor, eps: number, t: Tensor, a: Tensor, slotOfRow: Tensor, slotRanks?: Tensor): void;
-  /** siluMul, then loraShrink(t, out, a, slotOfRow): one launch on CUDA. */
-  siluMulShrink(out: Tensor, gateUp: Tensor, t: Tensor, a: Tensor, slotOfRow: Tensor, slotRanks?: Tensor): void;
+  /** rmsNorm, then loraShrink(t, out, a, slotOfRow): one launch on CUDA. t null: out is a wide row (see loraShrink) and takes both. */
+  rmsNormShrink(out: Tensor, x: Tensor, w: Tensor, eps: number, t: Tensor | null, a: Tensor, slotOfRow: Tensor, slotRanks?: Tensor): void;
+  /** siluMul, then loraShrink(t, out, a, slotOfRow): one launch on CUDA. t null: out is a wide row (see loraShrink). */
+  siluMulShrink(out: Tensor, gateUp: Tensor, t: Tensor | null, a: Tensor, slotOfRow: Tensor, slotRanks?: Tensor): void;
   /** linear (with accumulate: out +=), then loraExpand(out, t, b, slotOfRow, sliceStarts): for decode batches one launch on CUDA. */
   linearExpand(
     out: Tensor, x: Tensor, w: Tensor, bias: Tensor | null, t: Tensor, b: Tensor, slotOfRow: Tensor, sliceStarts: Tensor,
     accumulate?: boolean, slotRanks?: Tensor,
   ): void;
-  /** dst[rowOffset.., colOffset..] = scale * src (or srcᵀ); both 2-D float tensors. */
-  copyRegion(dst: Tensor, src: Tensor, rowOffset: number, colOffset: number, scale: number, transpose: boolean): void;
+  /** dst[rowOffset.., colOffset..] = scale * src (or srcᵀ); both 2-D float tensors. srcCols: only src's first columns. */
+  copyRegion(dst: Tensor, src: Tensor, rowOffset: number, colOffset: number, scale: number, transpose: boolean, srcCols?: number): void;
   fill(t: Tensor, value: number): void;
   /** Largest |a - b| over two float tensors of one shape; NaN if either holds a NaN. */
   maxAbsDiff(a: Tensor, b: Tensor): number;

@@ -254,7 +254,7 @@ export class GraphRunner {
       const temperature = make(addon.empty('f32', [M], 'cuda'));
       const topP = make(addon.empty('f32', [M], 'cuda'));
       const seeds = make(addon.empty('i64', [M], 'cuda'));
-      const ws = new Workspace(this.model.config, this.model.placement, M, M, lora);
+      const ws = new Workspace(this.model.config, this.model.placement, M, M, lora?.widths);
       this.statics = { lora, ints, tables, temperature, topP, seeds, ws, views: new Map() };
       return this.statics;
     } catch (e) {

@@ -2,7 +2,7 @@
 // any of it: kv_cache.memory_fraction sizes the cache from what is left, so that a large
 // adapter pool or batch makes a clear error at start, not an out-of-memory one later.
 import type { ModelConfig } from '../checkpoint/config.js';
-import { rankColumns, slotWeightsBytes } from '../lora/slot_weights.js';
+import { poolWidths, slotWeightsBytes } from '../lora/slot_weights.js';
 import type { Placement } from '../models/placement.js';
 import { workspaceBytes } from '../models/workspace.js';
 import { graphBuckets } from './graph_inputs.js';
@@ -25,11 +25,11 @@ export interface MemoryPlan {
 export function memoryBesidesKv(config: ModelConfig, o: EngineOptions, placement: Placement, graphs: boolean): MemoryPlan {
   const targets = o.lora && new Set(o.lora.targets);
   const loraPool = o.lora ? slotWeightsBytes(config, o.lora.slots + 1, o.lora.maxRank, targets!, placement) : 0;
-  const cols = o.lora ? rankColumns(config, o.lora.slots + 1, o.lora.maxRank, targets!) : undefined;
+  const widths = o.lora ? poolWidths(config, o.lora.slots + 1, o.lora.maxRank, targets!) : undefined;
   const cuda = placement.device === 'cuda';
   const graphRows = cuda && graphs ? graphBuckets(o.maxBatchSize, o.maxNumBatchedTokens).at(-1) ?? 0 : 0;
-  const activations = workspaceBytes(config, placement, o.maxNumBatchedTokens, o.maxBatchSize, cols) +
-    (graphRows > 0 ? workspaceBytes(config, placement, graphRows, graphRows, cols) : 0);
+  const activations = workspaceBytes(config, placement, o.maxNumBatchedTokens, o.maxBatchSize, widths) +
+    (graphRows > 0 ? workspaceBytes(config, placement, graphRows, graphRows, widths) : 0);
   return { loraPool, activations, scratch: cuda ? CUDA_SCRATCH_BYTES : 0 };
 }
 

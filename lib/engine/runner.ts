@@ -174,7 +174,7 @@ export class ModelRunner {
       this.eagerWs = undefined;
     }
     if (!this.eagerWs) {
-      this.eagerWs = new Workspace(this.model.config, this.model.placement, o.maxNumBatchedTokens, o.maxBatchSize, this.model.lora);
+      this.eagerWs = new Workspace(this.model.config, this.model.placement, o.maxNumBatchedTokens, o.maxBatchSize, this.model.lora?.widths);
       this.eagerWsLora = this.model.lora;
     }
     return this.eagerWs;

@@ -6,10 +6,9 @@
 // while an adapter comes off the disk.
 import { addon, type FloatDType, type Tensor } from '../addon/index.js';
 import type { TensorEntry } from '../checkpoint/safetensors.js';
-import type { Placement } from '../models/placement.js';
-import type { Weights } from '../models/weights.js';
 import type { Adapter, AdapterModule } from './adapter.js';
 import { AdapterError } from './errors.js';
+import type { SlotWeights } from './slot_weights.js';
 
 const DTYPE: Record<string, FloatDType> = { BF16: 'bf16', F16: 'f16', F32: 'f32' };
 
@@ -17,7 +16,7 @@ export interface HostModule {
   module: AdapterModule;
   /** [rank, in]; for an embedding Aᵀ, [vocab, rank]. */
   a: Tensor;
-  /** [out, rank], times the module's scale. */
+  /** [out, rank], times the module's scale, in the dtype of the pool's b (beside W: the weight's). */
   b: Tensor;
 }
 
@@ -35,8 +34,9 @@ async function allSettled<T>(work: Promise<T>[]): Promise<T[]> {
 export class HostAdapter {
   private constructor(readonly adapter: Adapter, readonly modules: HostModule[]) {}
 
-  /** Reads every A and B; checks PEFT's saved base copies against the served base weights. */
-  static async read(adapter: Adapter, base: Weights, placement: Placement): Promise<HostAdapter> {
+  /** Reads every A and B for the pool's slots; checks PEFT's saved base copies against the served base weights. */
+  static async read(adapter: Adapter, pool: SlotWeights): Promise<HostAdapter> {
+    const placement = pool.placement;
     const owned: Tensor[] = [];
     const alloc = (dtype: FloatDType, shape: number[], pinned: boolean): Tensor => {
       const t = pinned && placement.device === 'cuda' ? addon.pinnedEmpty(dtype, shape) : addon.empty(dtype, shape);
@@ -60,10 +60,11 @@ export class HostAdapter {
       const copies = await allSettled(adapter.baseCopies.map((c) => read(c.entry, DTYPE[c.entry.dtype], false)));
       adapter.baseCopies.forEach((copy, i) => {
         const t = copies[i];
-        const w = base.get(copy.engine)!;
+        const w = pool.baseWeight(copy.engine);
         const onDevice = t.device === w.device ? t : t.to(w.device);
         const same = t.shape.join() === w.shape.join() && addon.maxAbsDiff(onDevice, w) === 0;
         if (onDevice !== t) onDevice.dispose();
+        if (w !== pool.base.get(copy.engine)) w.dispose();
         if (!same) {
           throw new AdapterError(`adapter ${adapter.name}: ${copy.entry.file}: ${copy.entry.key} is a full copy of ${copy.engine} that differs from the base model's; adapters that retrain ${copy.engine} are not supported`);
         }
@@ -71,7 +72,7 @@ export class HostAdapter {
       const modules = await allSettled(adapter.modules.map(async (m) => ({
         module: m,
         a: m.embedding ? await transposed(m.a) : await read(m.a, act, true),
-        b: await read(m.b, act, true, m.scale),
+        b: await read(m.b, pool.targets.get(m.location.engine)!.bAll.dtype as FloatDType, true, m.scale),
       })));
       const kept = new Set(modules.flatMap((m) => [m.a, m.b]));
       owned.filter((t) => !kept.has(t)).forEach((t) => t.dispose());

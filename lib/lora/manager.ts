@@ -63,7 +63,7 @@ export class LoraManager {
   constructor(private readonly model: Model, readonly options: LoraOptions) {
     this.limits = { maxRank: options.maxRank, targets: new Set(options.targets) };
     this.table = new SlotTable(options.slots);
-    this.weights = new SlotWeights(model.config, options.slots + 1, options.maxRank, this.limits.targets, model.placement);
+    this.weights = new SlotWeights(model.config, options.slots + 1, options.maxRank, this.limits.targets, model.weights, model.placement);
   }
 
   /** Frees the slots and the host copies (the engine closes); reads still in flight dispose what they bring. */
@@ -79,7 +79,7 @@ export class LoraManager {
   async register(name: string, path: string): Promise<void> {
     const taken = () => new AdapterError(`adapter ${name} is already loaded (from ${this.byName.get(name)!.path})`);
     if (this.byName.has(name)) throw taken();
-    const host = await HostAdapter.read(readAdapter(name, path, this.model.config, this.limits), this.model.weights, this.model.placement);
+    const host = await HostAdapter.read(readAdapter(name, path, this.model.config, this.limits), this.weights);
     if (this.byName.has(name)) {  // registered by a concurrent call while this one read
       host.dispose();
       throw taken();
@@ -251,7 +251,7 @@ export class LoraManager {
     // readAdapter throws synchronously (folder gone, header changed): chain it so that
     // failure, too, ends only the requests on this adapter, never the engine.
     Promise.resolve().then(() => readAdapter(reg.name, reg.path, this.model.config, this.limits))
-      .then((adapter) => HostAdapter.read(adapter, this.model.weights, this.model.placement)).then(
+      .then((adapter) => HostAdapter.read(adapter, this.weights)).then(
       (h) => {
         this.reading.delete(key);
         if (this.byKey.has(key)) this.cache(key, h);

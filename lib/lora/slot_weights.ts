@@ -1,13 +1,18 @@
 // The pool's device-side storage: for every LoRA target weight, A and B stacked over slots.
-// Linear targets: a [slots, slices * R, in], b [out, slots, slices * R], where b[o, slot] holds
-// o's slice's R entries at that slice's place (zeros at the other slices'). Viewed 2-D, a is
-// [slots * slices * R, in] and b [out, slots * slices * R]: a prefill-sized step shrinks by every
-// slot at once (x · aᵀ, one GEMM), keeps each row's own slot (loraMask) and expands by every
-// slot at once (t · bᵀ, one GEMM). Embedding: a holds Aᵀ as [slots, vocab, R] so a row gather
-// does the shrink; b is [hidden, slots, R]. Scales are folded into b at load; ranks below R
-// are zero-padded (the GEMMs multiply the zeros), and `ranks` tells the kernels each slot's
-// rank per slice, so they neither read nor multiply the padding.
-import { addon, type Tensor, type UploadRegion } from '../addon/index.js';
+// A is [slots, slices * R, in]; viewed 2-D, [slots * slices * R, in]. B of a projection lives
+// beside its W: the model's weight [out, in] is widened to [out, in + slots * slices * R] and
+// b[o, slot] (o's slice's R entries at that slice's place, zeros at the other slices') sits in
+// columns in + slot * slices * R. A decode step then makes each projection's input a wide row
+// [x | t spread over every slot, zeros but the row's own] (the shrink, where x is made) and
+// one GEMM by the whole widened weight is the projection plus its adapter: no expand launch.
+// A prefill-sized step shrinks by every slot at once (x · aᵀ, one GEMM), keeps each row's own
+// slot (loraMask), and expands by b's columns (one GEMM). The embedding (a holds Aᵀ as
+// [slots, vocab, R] so a row gather does the shrink) and lm_head (whose weight may be the
+// embedding's) keep a b of their own, [out, slots, slices * R], for the per-row kernels.
+// Scales are folded into b at load; ranks below R are zero-padded (the GEMMs multiply the
+// zeros), and `ranks` tells the kernels each slot's rank per slice, so they neither read nor
+// multiply the padding.
+import { addon, type FloatDType, type Tensor, type UploadRegion } from '../addon/index.js';
 import type { ModelConfig } from '../checkpoint/config.js';
 import { rulesFor } from '../checkpoint/families/index.js';
 import { engineWeights } from '../checkpoint/rules.js';
@@ -22,10 +27,16 @@ export interface LoraTarget {
   sliceOffsets: number[];
   sliceStarts: Tensor;
   a: Tensor;
-  b: Tensor;
-  /** a as [slots * slices * R, in] and b as [out, slots * slices * R]: every slot's pair at once. */
+  /** a as [slots * slices * R, in]: every slot's A at once. */
   aAll: Tensor;
+  /**
+   * Every slot's b as [out, ...]: its columns bCol .. bCol + slots * slices * R. Beside W (bCol
+   * = in): the model's widened weight itself; the embedding and lm_head: b of their own (bCol 0).
+   */
   bAll: Tensor;
+  bCol: number;
+  /** The embedding's and lm_head's own b as [out, slots, slices * R] (the per-row kernels' view); beside W: none. */
+  b?: Tensor;
   /** i32 [slots, slices]: each slot's rank in each slice (0: nothing there), and its host copy. */
   ranks: Tensor;
   hostRanks: Int32Array;
@@ -35,6 +46,8 @@ export interface LoraTarget {
 interface TargetShape {
   weight: ReturnType<typeof engineWeights>[number];
   embedding: boolean;
+  /** b sits beside W in the widened weight (every projection but lm_head). */
+  beside: boolean;
   slices: number;
   a: number[];
   b: number[];
@@ -48,7 +61,7 @@ function targetShapes(config: ModelConfig, numSlots: number, rank: number, targe
       const embedding = weight.rule.kind === 'embedding';
       const [rows, cols] = weight.shape;
       return {
-        weight, embedding, slices: embedding ? 1 : weight.parts.length,
+        weight, embedding, beside: !embedding && weight.name !== 'lm_head', slices: embedding ? 1 : weight.parts.length,
         a: embedding ? [numSlots, rows, rank] : [numSlots, weight.parts.length * rank, cols],
         b: [embedding ? cols : rows, numSlots, embedding ? rank : weight.parts.length * rank],
       };
@@ -63,57 +76,123 @@ export function slotWeightsBytes(
   return targetShapes(config, numSlots, rank, targets).reduce((n, t) => n + floatBytes(placement.act) * (elements(t.a) + elements(t.b)), 0);
 }
 
-/** Widest rank-space row the pool's targets need, every slot's at once: slots * slices * rank (linear), slots * rank (embedding). */
-export function rankColumns(config: ModelConfig, numSlots: number, rank: number, targets: ReadonlySet<string>): number {
-  return columnsOf(targetShapes(config, numSlots, rank, targets), numSlots, rank);
+/**
+ * The widths of a step's rows that the pool adds (Workspace sizes its buffers by them): `lora`,
+ * the shrink by every slot at once (slots * slices * rank; an embedding: slots * rank); `x`
+ * and `act`, the widest wide row each holds (act: down's input; x: every other projection's,
+ * o's made from attn); 0 where the pool has none.
+ */
+export interface PoolWidths {
+  lora: number;
+  x: number;
+  act: number;
 }
 
-function columnsOf(shapes: readonly TargetShape[], numSlots: number, rank: number): number {
-  return numSlots * Math.max(1, ...shapes.map((t) => t.slices * rank));
+export function poolWidths(config: ModelConfig, numSlots: number, rank: number, targets: ReadonlySet<string>): PoolWidths {
+  return widthsOf(targetShapes(config, numSlots, rank, targets), numSlots, rank);
+}
+
+function widthsOf(shapes: readonly TargetShape[], numSlots: number, rank: number): PoolWidths {
+  const wide = (down: boolean) => Math.max(0, ...shapes
+    .filter((t) => t.beside && t.weight.name.endsWith('.down') === down)
+    .map((t) => t.weight.shape[1] + numSlots * t.slices * rank));
+  return { lora: numSlots * Math.max(1, ...shapes.map((t) => t.slices * rank)), x: wide(false), act: wide(true) };
 }
 
 export class SlotWeights {
   readonly targets = new Map<string, LoraTarget>();
-  /** Widest rank-space row its targets need (rankColumns): the width of a step's shrink buffer. */
-  readonly columns: number;
+  /** The widths of a step's rows it adds (poolWidths). */
+  readonly widths: PoolWidths;
   /** Every target's ranks, one after the other: a slot load sends them in one copy. */
   private readonly ranks: Tensor;
   private readonly hostRanks: Int32Array;
   /** Per target, each slot's [rows, cols] view of a (made once: loads are frequent). */
   private readonly slotViews = new Map<LoraTarget, Tensor[]>();
+  /** The dtype of each weight it widened, as the model loaded it (narrowed back to that). */
+  private readonly narrowDtypes = new Map<string, FloatDType>();
 
-  /** `targets`: HF module names; a fused weight gets slots if any of its parts is a target. */
+  /**
+   * `targets`: HF module names; a fused weight gets slots if any of its parts is a target.
+   * `weights`: the model's; the pool widens each projection it adapts there (b beside W) for
+   * as long as it lives, and narrows them back when disposed.
+   */
   constructor(
     readonly config: ModelConfig, readonly numSlots: number, readonly rank: number, targets: ReadonlySet<string>,
-    readonly placement: Placement = CPU,
+    readonly base: Map<string, Tensor>, readonly placement: Placement = CPU,
   ) {
     const { act, device } = placement;
     const shapes = targetShapes(config, numSlots, rank, targets);
-    this.columns = columnsOf(shapes, numSlots, rank);
+    this.widths = widthsOf(shapes, numSlots, rank);
     const total = shapes.reduce((n, t) => n + numSlots * t.slices, 0);
     this.ranks = addon.zeros('i32', [Math.max(1, total)], device);
     this.hostRanks = new Int32Array(Math.max(1, total));
     let at = 0;
-    for (const { weight: w, embedding, slices, a, b } of shapes) {
-      const [rows, cols] = w.shape;
-      const offsets = w.parts.map((p) => p.rowOffset);
-      const span = this.ranks.narrow(at, numSlots * slices);
-      // An embedding's delta covers the whole hidden vector: one slice.
-      const starts = embedding ? [0, cols] : [...offsets, rows];
-      const aStack = addon.zeros(act, a, device), bStack = addon.zeros(act, b, device);
-      const t: LoraTarget = {
-        name: w.name, embedding, sliceOffsets: offsets,
-        sliceStarts: addon.fromArray('i32', [starts.length], Int32Array.from(starts), device),
-        a: aStack, b: bStack,
-        aAll: aStack.view([a[0] * a[1], a[2]]), bAll: bStack.view([b[0], b[1] * b[2]]),
-        ranks: span.view([numSlots, slices]),
-        hostRanks: this.hostRanks.subarray(at, at + numSlots * slices),
-      };
-      span.dispose();
-      at += numSlots * slices;
-      this.targets.set(w.name, t);
-      this.slotViews.set(t, Array.from({ length: numSlots }, (_, slot) => slice(t.a, slot)));
+    try {
+      for (const shape of shapes) {
+        const { weight: w, embedding, slices, a, b } = shape;
+        const [rows, cols] = w.shape;
+        const offsets = w.parts.map((p) => p.rowOffset);
+        const span = this.ranks.narrow(at, numSlots * slices);
+        // An embedding's delta covers the whole hidden vector: one slice.
+        const starts = embedding ? [0, cols] : [...offsets, rows];
+        const aStack = addon.zeros(act, a, device);
+        const own = shape.beside ? undefined : addon.zeros(act, b, device);
+        const t: LoraTarget = {
+          name: w.name, embedding, sliceOffsets: offsets,
+          sliceStarts: addon.fromArray('i32', [starts.length], Int32Array.from(starts), device),
+          a: aStack, aAll: aStack.view([a[0] * a[1], a[2]]),
+          bAll: own ? own.view([b[0], b[1] * b[2]]) : this.widen(w.name, cols, cols + b[1] * b[2]),
+          bCol: own ? 0 : cols, b: own,
+          ranks: span.view([numSlots, slices]),
+          hostRanks: this.hostRanks.subarray(at, at + numSlots * slices),
+        };
+        span.dispose();
+        at += numSlots * slices;
+        this.targets.set(w.name, t);
+        this.slotViews.set(t, Array.from({ length: numSlots }, (_, slot) => slice(t.a, slot)));
+      }
+    } catch (e) {
+      this.dispose();
+      throw e;
     }
+  }
+
+  /**
+   * The model's weight `name` ([out, cols]) widened to `width` columns (zeros past its own),
+   * in its place in the model's weights. A weight another pool widened (an engine that was
+   * not closed) gives its first cols columns and stays that pool's. Its dtype: the weight's,
+   * or f32 where either the weight or the activations are (the CPU computes in f32 with bf16
+   * weights: W is widened exactly, and b keeps f32 as the kernels' b would).
+   */
+  private widen(name: string, cols: number, width: number): Tensor {
+    const w = this.base.get(name);
+    if (!w) throw new Error(`LoRA pool: the model has no weight ${name}`);
+    const dtype = w.dtype === 'f32' || this.placement.act === 'f32' ? 'f32' : w.dtype as FloatDType;
+    const wide = addon.zeros(dtype, [w.shape[0], width], w.device);
+    addon.copyRegion(wide, w, 0, 0, 1, false, cols);
+    this.base.set(name, wide);
+    this.narrowDtypes.set(name, w.dtype as FloatDType);
+    if (w.shape[1] === cols) w.dispose();
+    return wide;
+  }
+
+  /** The model's weight `name` as [out, in]: a copy of its first columns where b sits beside it (dispose that). */
+  baseWeight(name: string): Tensor {
+    const w = this.base.get(name)!, t = this.targets.get(name);
+    if (!t || t.bCol === 0) return w;
+    const own = addon.empty(this.narrowDtypes.get(name) ?? w.dtype as FloatDType, [w.shape[0], t.bCol], w.device);
+    addon.copyRegion(own, w, 0, 0, 1, false, t.bCol);
+    return own;
+  }
+
+  /** Device bytes it added: a, the embedding's and lm_head's own b, and the columns beside W (not W's own upcast, see widen). */
+  get bytes(): number {
+    let n = 0;
+    for (const t of this.targets.values()) {
+      n += floatBytes(t.a.dtype as FloatDType) * t.a.shape.reduce((x, d) => x * d, 1);
+      n += floatBytes(t.bAll.dtype as FloatDType) * t.bAll.shape[0] * (t.bAll.shape[1] - t.bCol);
+    }
+    return n;
   }
 
   /**
@@ -129,7 +208,7 @@ export class SlotWeights {
       const j = t.embedding ? 0 : t.sliceOffsets.indexOf(m.location.rowOffset);
       regions.push(
         { dst: this.slotViews.get(t)![slot], src: a, row: j * this.rank },
-        { dst: t.bAll, src: b, row: t.embedding ? 0 : m.location.rowOffset, col: slot * t.b.shape[2] + j * this.rank },
+        { dst: t.bAll, src: b, row: t.embedding ? 0 : m.location.rowOffset, col: t.bCol + slot * this.slotWidth(t) + j * this.rank },
       );
       this.slotRanks(t, slot)[j] = m.rank;
     }
@@ -155,17 +234,33 @@ export class SlotWeights {
   /** The slot's a, and its columns of every row of b (a window: zeroed on the device). */
   private zeroRegions(targets: LoraTarget[], slot: number): UploadRegion[] {
     return targets.flatMap((t) => {
-      const width = t.b.shape[2];
-      return [{ dst: this.slotViews.get(t)![slot] }, { dst: t.bAll, col: slot * width, cols: width }];
+      const width = this.slotWidth(t);
+      return [{ dst: this.slotViews.get(t)![slot] }, { dst: t.bAll, col: t.bCol + slot * width, cols: width }];
     });
   }
 
+  /** Columns of b per slot: slices * R (an embedding: R). */
+  private slotWidth(t: LoraTarget): number {
+    return (t.bAll.shape[1] - t.bCol) / this.numSlots;
+  }
+
+  /** Frees the slots; the model's widened weights go back to [out, in]. */
   dispose(): void {
     for (const t of this.targets.values()) {
       this.slotViews.get(t)!.forEach((x) => x.dispose());
-      [t.a, t.b, t.aAll, t.bAll, t.sliceStarts, t.ranks].forEach((x) => x.dispose());
+      [t.a, t.b, t.aAll, t.sliceStarts, t.ranks].forEach((x) => x?.dispose());
+      if (t.bCol > 0 && !t.bAll.disposed) this.narrow(t);
+      else t.bAll.dispose();
     }
+    this.targets.clear();
     this.ranks.dispose();
+  }
+
+  /** The model's weight of a target beside W back to [out, in]: its first bCol columns. */
+  private narrow(t: LoraTarget): void {
+    const wide = t.bAll;
+    if (this.base.get(t.name) === wide) this.base.set(t.name, this.baseWeight(t.name));
+    wide.dispose();
   }
 }
 

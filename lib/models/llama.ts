@@ -74,9 +74,6 @@ export class LlamaModel {
     const lora = step.lora && this.lora ? { plan: step.lora, weights: this.lora } : undefined;
     if (lora) this.loraEmbedding(residual, lora.weights, lora.plan, buffer);
     const adapted = (name: string) => lora?.weights.targets.get(name);
-    // The rank-space rows of an adapted projection. One buffer serves every target: each
-    // use ends (in stream order) before the next begins.
-    const shrunk = (t: LoraTarget, rows: number) => buffer('lora', rows, t.a.shape[1]);
     const gemms = n >= this.loraGemmRows;
     const numSlots = lora?.weights.numSlots ?? 0;
     /** By GEMMs: s [rows, slots * S * R] = input · aᵀ by every slot, then each row keeps its own slot's part. */
@@ -87,75 +84,91 @@ export class LlamaModel {
       return s;
     };
     /**
-     * x = rmsNorm(residual): with the shrink of x for `next` when it is adapted, made
-     * where x is made (the residual stream took the last projection in place, so the
-     * norm only reads it).
+     * At decode sizes an adapted projection (b beside W) takes a wide row: its input, then
+     * each row's shrink at its slot's columns (zeros at the others'), as wide as the widened
+     * weight. The norm and SiLU·mul make it where they make their output, in one launch.
      */
-    const norm = (weight: string, next?: string): Tensor | undefined => {
+    const wideFor = (t: LoraTarget | undefined): t is LoraTarget => !!t && !!lora && !gemms && t.bCol > 0;
+    const wideRow = (name: BufferName, t: LoraTarget, rows: number) => buffer(name, rows, t.bAll.shape[1]);
+    /** rmsNorm(residual) as the input of `next`: x, or x's wide row when next is adapted. */
+    const norm = (weight: string, next?: string): Tensor => {
       const t = next ? adapted(next) : undefined;
-      if (!t || !lora || gemms) addon.rmsNorm(x, residual, this.w(weight), c.rmsNormEps);
-      if (!t || !lora) return undefined;
-      if (gemms) return shrinkAll(t, x, lora.plan.rowSlots);
-      const s = shrunk(t, n);
-      addon.rmsNormShrink(x, residual, this.w(weight), c.rmsNormEps, s, t.a, lora.plan.rowSlots, t.ranks);
-      return s;
+      if (!wideFor(t)) {
+        addon.rmsNorm(x, residual, this.w(weight), c.rmsNormEps);
+        return x;
+      }
+      const xt = wideRow('x', t, n);
+      addon.rmsNormShrink(xt, residual, this.w(weight), c.rmsNormEps, null, t.a, lora!.plan.rowSlots, t.ranks);
+      return xt;
     };
-    /** act = SiLU(gate) · up: with the shrink of act for `next` when it is adapted, made where act is made. */
-    const activate = (next: string): Tensor | undefined => {
+    /** SiLU(gate) · up as the input of `next`: act, or act's wide row when next is adapted. */
+    const activate = (next: string): Tensor => {
       const t = adapted(next);
-      if (!t || !lora || gemms) addon.siluMul(act, gateUp);
-      if (!t || !lora) return undefined;
-      if (gemms) return shrinkAll(t, act, lora.plan.rowSlots);
-      const s = shrunk(t, n);
-      addon.siluMulShrink(act, gateUp, s, t.a, lora.plan.rowSlots, t.ranks);
-      return s;
+      if (!wideFor(t)) {
+        addon.siluMul(act, gateUp);
+        return act;
+      }
+      const at = wideRow('act', t, n);
+      addon.siluMulShrink(at, gateUp, null, t.a, lora!.plan.rowSlots, t.ranks);
+      return at;
     };
     /**
-     * out = input · Wᵀ (+ bias) plus each row's adapter delta (out += with accumulate);
-     * `s`: the adapter's shrink of input, if made already. By GEMMs (prefill-sized steps)
-     * the expand is one more GEMM, s · bᵀ over every slot, its product rounded to the
-     * activation type before it joins the projection (as transformers + PEFT round it; the
-     * per-row kernels add it in f32); accumulating, the projection and its delta meet in the
-     * `x` buffer (free while o and down project) before the residual takes them.
+     * out = input · Wᵀ (+ bias) plus each row's adapter delta (out += with accumulate).
+     * - A wide input (decode): one GEMM by the widened weight; an input made elsewhere (o's,
+     *   from attention) becomes a wide row in `x` (free while o projects) first.
+     * - By GEMMs (prefill-sized steps): the expand is one more GEMM, s · bᵀ over every slot,
+     *   its product rounded to the activation type before it joins the projection (as
+     *   transformers + PEFT round it); accumulating, the projection and its delta meet in the
+     *   `x` buffer (free while o and down project) before the residual takes them.
+     * - lm_head (its own b): the per-row shrink and expand kernels.
      */
-    type ProjectOptions = { s?: Tensor; slots?: Tensor; accumulate?: boolean };
+    type ProjectOptions = { slots?: Tensor; accumulate?: boolean };
     const project = (out: Tensor, input: Tensor, name: string, o: ProjectOptions = {}) => {
       const t = adapted(name);
       const slots = o.slots ?? lora?.plan.rowSlots;
-      if (!t || !slots) {
-        addon.linear(out, input, this.w(name), this.bias(name), o.accumulate);
+      const w = this.w(name);
+      const made = !!t && t.bCol > 0 && input.shape[1] === w.shape[1];  // a wide row already
+      if (!t || !slots || made) {
+        addon.linear(out, input, w, this.bias(name), o.accumulate);
         return;
       }
       const rows = input.shape[0];
-      const byGemms = rows >= this.loraGemmRows;
-      let s = o.s;
-      if (!s && byGemms) s = shrinkAll(t, input, slots);
-      if (!s) {
-        s = shrunk(t, rows);
-        addon.loraShrink(s, input, t.a, slots, t.ranks);
-      }
-      if (byGemms) {
+      if (rows >= this.loraGemmRows) {
+        const s = shrinkAll(t, input, slots);
         const y = o.accumulate ? buffer('x', rows, out.shape[1]) : out;
-        addon.linear(y, input, this.w(name), this.bias(name));
-        addon.linear(y, s, t.bAll, null, true);
+        addon.linear(y, input, w, this.bias(name));
+        addon.linear(y, s, t.bAll, null, true, t.bCol);
         if (o.accumulate) {
           addon.add(out, out, y);
           y.dispose();
         }
+        s.dispose();
+      } else if (t.bCol > 0) {
+        const xt = wideRow('x', t, rows);
+        addon.loraShrink(xt, input, t.a, slots, t.ranks);
+        addon.linear(out, xt, w, this.bias(name), o.accumulate);
+        xt.dispose();
       } else {
-        addon.linearExpand(out, input, this.w(name), this.bias(name), s, t.b, slots, t.sliceStarts, o.accumulate, t.ranks);
+        const s = buffer('lora', rows, t.a.shape[1]);
+        addon.loraShrink(s, input, t.a, slots, t.ranks);
+        addon.linearExpand(out, input, w, this.bias(name), s, t.b!, slots, t.sliceStarts, o.accumulate, t.ranks);
+        s.dispose();
       }
-      s.dispose();
+    };
+    /** project, the wide row (if one was made) given back to its buffer after. */
+    const projectFrom = (out: Tensor, input: Tensor, name: string, o: ProjectOptions = {}) => {
+      project(out, input, name, o);
+      if (input !== x && input !== act) input.dispose();
     };
     for (let l = 0; l < c.numLayers; l++) {
       const p = `layers.${l}`;
-      project(qkv, x, `${p}.qkv`, { s: norm(`${p}.attn_norm`, `${p}.qkv`) });
+      projectFrom(qkv, norm(`${p}.attn_norm`, `${p}.qkv`), `${p}.qkv`);
       const [qNorm, kNorm] = this.qkNorms(l) ?? [null, null];
       addon.ropeKvWrite(qkv, step.positions, this.invFreq, kv.k[l], kv.v[l], step.slots, qNorm, kNorm, H, K, hd, c.rmsNormEps);
       addon.pagedAttention(attn, qkv, kv.k[l], kv.v[l], step.blockTables, step.queryStarts, step.contextLens, H, K, hd, this.scale);
       project(residual, attn, `${p}.o`, { accumulate: true });
-      project(gateUp, x, `${p}.gate_up`, { s: norm(`${p}.mlp_norm`, `${p}.gate_up`) });
-      project(residual, act, `${p}.down`, { s: activate(`${p}.down`), accumulate: true });
+      projectFrom(gateUp, norm(`${p}.mlp_norm`, `${p}.gate_up`), `${p}.gate_up`);
+      projectFrom(residual, activate(`${p}.down`), `${p}.down`, { accumulate: true });
     }
     norm('final_norm');
     addon.gatherRows(last, x, step.logitRows);
@@ -169,7 +182,7 @@ export class LlamaModel {
     if (!t) return;
     const shrunk = buffer('lora', plan.embedRows.shape[0], t.aAll.shape[1]);
     addon.gatherRows(shrunk, t.aAll, plan.embedRows);  // aAll: Aᵀ of every slot, [slots * vocab, R]
-    addon.loraExpand(residual, shrunk, t.b, plan.rowSlots, t.sliceStarts, t.ranks);
+    addon.loraExpand(residual, shrunk, t.b!, plan.rowSlots, t.sliceStarts, t.ranks);
     shrunk.dispose();
   }
 

@@ -5,7 +5,8 @@ import type { WeightPlan } from '../checkpoint/plan.js';
 import type { SafetensorsDtype } from '../checkpoint/dtype.js';
 import { CheckpointError } from '../checkpoint/errors.js';
 
-export type Weights = ReadonlyMap<string, Tensor>;
+/** A model's weights by engine name; a LoRA pool widens the projections it adapts in place (lib/lora/slot_weights.ts). */
+export type Weights = Map<string, Tensor>;
 
 export interface LoadProgress {
   loaded: number;   // weights done

@@ -4,7 +4,7 @@
 // most rows it will serve; take() hands out a [rows, cols] view of its start.
 import { addon, type Tensor } from '../addon/index.js';
 import type { ModelConfig } from '../checkpoint/config.js';
-import type { SlotWeights } from '../lora/slot_weights.js';
+import type { PoolWidths } from '../lora/slot_weights.js';
 import { floatBytes, type Placement } from './placement.js';
 
 export type BufferName = 'residual' | 'x' | 'qkv' | 'attn' | 'gateUp' | 'act' | 'last' | 'logits' | 'lora';
@@ -14,13 +14,14 @@ export class Workspace {
 
   /**
    * `maxTokens`: token rows of the largest step; `maxRows`: its logit rows. `lora`: the
-   * adapter pool's weights, whose rank-space buffer ('lora') it sizes (absent: none).
+   * widths the adapter pool adds (SlotWeights.widths): the rank-space buffer ('lora'), and the
+   * wide rows 'x' and 'act' hold (absent: no pool).
    */
   constructor(
     config: ModelConfig, readonly placement: Placement, readonly maxTokens: number, readonly maxRows: number,
-    lora?: SlotWeights,
+    lora?: PoolWidths,
   ) {
-    const sizes = bufferSizes(config, maxTokens, maxRows, lora?.columns);
+    const sizes = bufferSizes(config, maxTokens, maxRows, lora);
     try {
       for (const [name, n] of sizes) this.flat.set(name, addon.empty(placement.act, [n], placement.device));
     } catch (e) {
@@ -52,23 +53,23 @@ export class Workspace {
   }
 }
 
-/** Elements of each buffer; loraCols: the rank-space row's width (undefined: no LoRA buffer). */
-function bufferSizes(c: ModelConfig, T: number, R: number, loraCols?: number): [BufferName, number][] {
+/** Elements of each buffer; lora: the pool's widths (undefined: no LoRA buffer, no wide rows). */
+function bufferSizes(c: ModelConfig, T: number, R: number, lora?: PoolWidths): [BufferName, number][] {
   const sizes: [BufferName, number][] = [
     ['residual', T * c.hiddenSize],
-    ['x', T * c.hiddenSize],
+    ['x', T * Math.max(c.hiddenSize, lora?.x ?? 0)],
     ['qkv', T * (c.numHeads + 2 * c.numKvHeads) * c.headDim],
     ['attn', T * c.numHeads * c.headDim],
     ['gateUp', T * 2 * c.intermediateSize],
-    ['act', T * c.intermediateSize],
+    ['act', T * Math.max(c.intermediateSize, lora?.act ?? 0)],
     ['last', R * c.hiddenSize],
     ['logits', R * c.vocabSize],
   ];
-  if (loraCols !== undefined) sizes.push(['lora', Math.max(T, R) * loraCols]);
+  if (lora) sizes.push(['lora', Math.max(T, R) * lora.lora]);
   return sizes;
 }
 
-/** Bytes a Workspace of these sizes takes (loraCols as for bufferSizes). */
-export function workspaceBytes(config: ModelConfig, placement: Placement, maxTokens: number, maxRows: number, loraCols?: number): number {
-  return bufferSizes(config, maxTokens, maxRows, loraCols).reduce((n, [, e]) => n + floatBytes(placement.act) * e, 0);
+/** Bytes a Workspace of these sizes takes (lora as for bufferSizes). */
+export function workspaceBytes(config: ModelConfig, placement: Placement, maxTokens: number, maxRows: number, lora?: PoolWidths): number {
+  return bufferSizes(config, maxTokens, maxRows, lora).reduce((n, [, e]) => n + floatBytes(placement.act) * e, 0);
 }

@@ -23,14 +23,15 @@ float dot(const float* a, const float* b, int64_t n) {
 
 void linear(float* out, const float* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
             bool accumulate) {
+  const int64_t ld = w.ld ? w.ld : in;
   parallelFor(outF, 8, [&](int64_t b, int64_t e) {
     std::vector<float> row(w.dtype == DType::F32 ? 0 : size_t(in));
     for (int64_t o = b; o < e; ++o) {
       const float* wr;
       if (w.dtype == DType::F32) {
-        wr = static_cast<const float*>(w.data) + o * in;
+        wr = static_cast<const float*>(w.data) + o * ld;
       } else {
-        convertFloats(row.data(), DType::F32, static_cast<const uint16_t*>(w.data) + o * in, w.dtype, size_t(in));
+        convertFloats(row.data(), DType::F32, static_cast<const uint16_t*>(w.data) + o * ld, w.dtype, size_t(in));
         wr = row.data();
       }
       float bo = bias ? loadFloat(bias->data, bias->dtype, size_t(o)) : 0.0f;

@@ -28,6 +28,17 @@ void loraShrink(float* t, const float* x, Weights a, const int32_t* slotOfRow, i
   });
 }
 
+void joinWide(float* wide, const float* x, const float* t, const int32_t* slotOfRow, int64_t numSlots, int64_t n,
+              int64_t in, int64_t rankRows) {
+  const int64_t ld = in + numSlots * rankRows;
+  for (int64_t r = 0; r < n; ++r) {
+    float* row = wide + r * ld;
+    std::copy(x + r * in, x + (r + 1) * in, row);
+    for (int64_t s = 0; s < numSlots; ++s)
+      for (int64_t k = 0; k < rankRows; ++k) row[in + s * rankRows + k] = s == slotOfRow[r] ? t[r * rankRows + k] : 0.0f;
+  }
+}
+
 void loraMask(float* t, const int32_t* slotOfRow, int64_t numSlots, int64_t n, int64_t width) {
   for (int64_t r = 0; r < n; ++r) {
     const int32_t slot = slotOfRow[r];
@@ -59,12 +70,13 @@ void loraExpand(float* out, const float* t, Weights b, int64_t numSlots, const i
 }
 
 void copyRegion(void* dst, DType dt, int64_t dstCols, const void* src, DType st, int64_t rows, int64_t cols,
-                int64_t rowOffset, int64_t colOffset, float scale, bool transpose) {
+                int64_t rowOffset, int64_t colOffset, float scale, bool transpose, int64_t srcLd) {
   // Reads src[rows, cols] (or its transpose) and writes scale * it at (rowOffset, colOffset).
   int64_t outRows = transpose ? cols : rows, outCols = transpose ? rows : cols;
+  const int64_t ld = srcLd ? srcLd : cols;
   for (int64_t i = 0; i < outRows; ++i) {
     for (int64_t j = 0; j < outCols; ++j) {
-      float v = scale * loadFloat(src, st, size_t(transpose ? j * cols + i : i * cols + j));
+      float v = scale * loadFloat(src, st, size_t(transpose ? j * ld + i : i * ld + j));
       size_t at = size_t((rowOffset + i) * dstCols + colOffset + j);
       if (dt == DType::F32) static_cast<float*>(dst)[at] = v;
       else static_cast<uint16_t*>(dst)[at] = dt == DType::BF16 ? f32ToBf16(v) : f32ToF16(v);

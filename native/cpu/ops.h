@@ -12,6 +12,9 @@ namespace mstar::cpu {
 struct Weights {
   const void* data;
   DType dtype;
+  // Row stride in elements, where a linear's weight is the first columns of a wider one
+  // (0: rows as long as the op's input). Only linear reads it.
+  int64_t ld = 0;
 };
 
 // Fused qkv rows: [n, (numHeads + 2 * numKvHeads) * headDim], q heads first, then k, then v.
@@ -69,6 +72,11 @@ void logprobs(float* chosenLp, int32_t* topIds, float* topLp, int64_t k, const f
 // neither read nor multiplied.
 void loraShrink(float* t, const float* x, Weights a, const int32_t* slotOfRow, int64_t n, int64_t in,
                 int64_t rankRows, const int32_t* slotRanks = nullptr, int64_t slices = 1);
+// wide [n, in + numSlots * rankRows] = x, then t [n, rankRows] at the row's slot's columns and
+// zeros at every other slot's (slot 0 or out of range: all zeros): the input of a projection
+// whose weight carries every slot's b beside W.
+void joinWide(float* wide, const float* x, const float* t, const int32_t* slotOfRow, int64_t numSlots, int64_t n,
+              int64_t in, int64_t rankRows);
 // t [n, numSlots * width]: row r keeps only its slot's width columns (slot 0 or out of range: none).
 void loraMask(float* t, const int32_t* slotOfRow, int64_t numSlots, int64_t n, int64_t width);
 // b: [outF, numSlots, numSlices * rank].
@@ -77,6 +85,6 @@ void loraExpand(float* out, const float* t, Weights b, int64_t numSlots, const i
                 const int32_t* slotRanks = nullptr);
 // Writes scale * src (or its transpose) into a 2-D dst at (rowOffset, colOffset).
 void copyRegion(void* dst, DType dt, int64_t dstCols, const void* src, DType st, int64_t rows, int64_t cols,
-                int64_t rowOffset, int64_t colOffset, float scale, bool transpose);
+                int64_t rowOffset, int64_t colOffset, float scale, bool transpose, int64_t srcLd = 0);
 
 }  // namespace mstar::cpu

@@ -57,11 +57,11 @@ describe('what memory_fraction leaves for the KV cache', () => {
   const lora = { slots: 3, maxRank: 8, hostCache: 3, targets: [...ALL_TARGETS] };
 
   it('counts the adapter pool and the activations exactly as they are allocated', () => {
-    const pool = new SlotWeights(config, lora.slots + 1, lora.maxRank, new Set(lora.targets), CPU);
-    const elements = [...pool.targets.values()].reduce((n, t) => n + t.a.shape.reduce((a, b) => a * b) + t.b.shape.reduce((a, b) => a * b), 0);
+    const model = tinyModel();
+    const pool = new SlotWeights(config, lora.slots + 1, lora.maxRank, new Set(lora.targets), model.weights, CPU);
     const plan = memoryBesidesKv(config, { ...base, lora: { ...lora, adapters: [] } }, CPU, true);
-    expect(plan.loraPool).toBe(4 * elements);
-    const ws = new Workspace(config, CPU, base.maxNumBatchedTokens, base.maxBatchSize, pool);
+    expect(plan.loraPool).toBe(pool.bytes);  // f32 weights: b beside W takes what b of its own would
+    const ws = new Workspace(config, CPU, base.maxNumBatchedTokens, base.maxBatchSize, pool.widths);
     expect(plan.activations).toBe(ws.bytes);
     const plain = new Workspace(config, CPU, 7, 3);
     expect(workspaceBytes(config, CPU, 7, 3)).toBe(plain.bytes);  // without a pool: no LoRA buffer

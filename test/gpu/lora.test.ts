@@ -119,6 +119,48 @@ describeGpu('cuda lora', () => {
         expectClose(fused.t, floats(t), 2 * tol(act, true));
       }
 
+      // Wide rows [x | every slot's shrink] (t null; loraShrink copying x in), against the
+      // CPU's; then one linear through [W | b over every slot] against the CPU's, and the
+      // projection alone reading W's columns of the wide weight.
+      const width = inF + NUM_SLOTS * R;
+      const wideCuda = (op: 'rmsNorm' | 'siluMul' | 'lora') => {
+        const out = addon.empty(act, [n, width], 'cuda'), sl = onCuda('i32', [n], slots);
+        if (op === 'rmsNorm') addon.rmsNormShrink(out, onCuda(act, [n, inF], xs), normW.cuda, 1e-6, null, a.cuda, sl);
+        else if (op === 'siluMul') addon.siluMulShrink(out, onCuda(act, [n, 2 * inF], gateUp), null, a.cuda, sl);
+        else addon.loraShrink(out, onCuda(act, [n, inF], xs), a.cuda, sl);
+        return out;
+      };
+      const wideCpu = (op: 'rmsNorm' | 'siluMul' | 'lora') => {
+        const out = addon.empty('f32', [n, width]), sl = i32([n], cpuSlots);
+        if (op === 'rmsNorm') addon.rmsNormShrink(out, onCpu([n, inF], xs), normW.cpu, 1e-6, null, a.cpu, sl);
+        else if (op === 'siluMul') addon.siluMulShrink(out, onCpu([n, 2 * inF], gateUp), null, a.cpu, sl);
+        else addon.loraShrink(out, onCpu([n, inF], xs), a.cpu, sl);
+        return out;
+      };
+      // The pool's b: each output row's own slice only.
+      const bVals = floats(b.cpu).map((v, i) => {
+        const o = Math.floor(i / (NUM_SLOTS * R)), j = Math.floor((i % R) / rank);
+        return o >= starts[j] && o < starts[j + 1] ? v : 0;
+      });
+      const wVals = floats(w.cpu), wideW = new Float32Array(outF * width);
+      for (let o = 0; o < outF; o++) {
+        wideW.set(wVals.subarray(o * inF, (o + 1) * inF), o * width);
+        wideW.set(bVals.subarray(o * NUM_SLOTS * R, (o + 1) * NUM_SLOTS * R), o * width + inF);
+      }
+      const wideWeight = weightPair('bf16', [outF, width], wideW);
+      for (const op of ['rmsNorm', 'siluMul', 'lora'] as const) {
+        const got = wideCuda(op), want = wideCpu(op);
+        expectClose(floats(got), floats(want), 2 * tol(act, true));
+        const yCuda = addon.empty(act, [n, outF], 'cuda'), yCpu = addon.empty('f32', [n, outF]);
+        addon.linear(yCuda, got, wideWeight.cuda, bias.cuda);
+        addon.linear(yCpu, want, wideWeight.cpu, bias.cpu);
+        expectClose(floats(yCuda), floats(yCpu), 2 * tol(act, true));
+      }
+      const plainCuda = addon.empty(act, [n, outF], 'cuda'), windowCuda = addon.empty(act, [n, outF], 'cuda');
+      addon.linear(plainCuda, onCuda(act, [n, inF], xs), w.cuda, bias.cuda);
+      addon.linear(windowCuda, onCuda(act, [n, inF], xs), wideWeight.cuda, bias.cuda);
+      expectSame(floats(windowCuda), floats(plainCuda));
+
       // linearExpand from the same x and t on both devices, onto the same base output.
       const ts = rounded(act, rng.floats(n * R, -1, 1)), base = rounded(act, rng.floats(n * outF));
       for (const accumulate of [false, true]) {

@@ -321,10 +321,14 @@ describe('targeting, as PEFT loads an adapter', () => {
 describe('closing', () => {
   it('frees the adapter pool and unhooks it from the model, so a later engine on the model starts clean', async () => {
     const e = await withAdapters(engine(lora(1)));
-    const target = [...e.lora!.weights.targets.values()][0];
+    const target = [...e.lora!.weights.targets.values()].find((t) => t.bCol > 0)!;
+    const [rows, width] = e.model.weights.get(target.name)!.shape;
+    expect(width).toBe(target.bCol + target.a.shape[0] * target.a.shape[1]);  // b beside W
     e.close();
     expect(e.model.lora).toBeUndefined();
-    expect([target.a.disposed, target.b.disposed]).toEqual([true, true]);
+    expect([target.a.disposed, target.bAll.disposed]).toEqual([true, true]);
+    // The weight it widened is back to [out, in].
+    expect(e.model.weights.get(target.name)!.shape).toEqual([rows, target.bCol]);
     expect(e.lora!.list()).toEqual([]);
   });
 });

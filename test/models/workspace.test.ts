@@ -57,7 +57,7 @@ describe('forward on a workspace', () => {
       model.lora = lora.weights;
       const vocab = model.config.vocabSize;
       const s = step([[5, 9, 200, 31, 7], [100, 3, 3, 4], [42]], [a, 0, b], vocab);
-      const ws = new Workspace(model.config, model.placement, 16, 4, lora.weights);
+      const ws = new Workspace(model.config, model.placement, 16, 4, lora.weights.widths);
       const want = logits(model, s);
       expect(logits(model, s, ws)).toEqual(want);
       // Again on the same (now dirty) buffers.

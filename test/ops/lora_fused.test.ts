@@ -65,6 +65,91 @@ describe('rmsNormShrink and siluMulShrink', () => {
   });
 });
 
+describe('wide rows: [x | every slot\'s shrink]', () => {
+  const R = 3 * rank, width = dim + numSlots * R;
+  /** x, then each row's narrow t at its slot's R columns, zeros in the other slots' (as the ops document it). */
+  const joined = (x: Float32Array, t: Float32Array) => {
+    const out = new Float32Array(n * width);
+    for (let r = 0; r < n; r++) {
+      out.set(x.subarray(r * dim, (r + 1) * dim), r * width);
+      out.set(t.subarray(r * R, (r + 1) * R), r * width + dim + slots[r] * R);
+    }
+    return out;
+  };
+
+  it('loraShrink, rmsNormShrink and siluMulShrink make x and the shrink in one wide row', () => {
+    const d = data(7);
+    const a = () => f32([numSlots, R, dim], d.a);
+    const t = addon.empty('f32', [n, R]), wide = addon.empty('f32', [n, width]);
+    addon.loraShrink(t, f32([n, dim], d.x), a(), i32([n], slots));
+    addon.loraShrink(wide, f32([n, dim], d.x), a(), i32([n], slots));
+    expectSame(floats(wide), joined(d.x, floats(t)));
+
+    const normed = addon.empty('f32', [n, dim]);
+    addon.rmsNormShrink(normed, f32([n, dim], d.x), f32([dim], d.w), 1e-6, t, a(), i32([n], slots));
+    addon.rmsNormShrink(wide, f32([n, dim], d.x), f32([dim], d.w), 1e-6, null, a(), i32([n], slots));
+    expectSame(floats(wide), joined(floats(normed), floats(t)));
+
+    addon.siluMulShrink(normed, f32([n, 2 * dim], d.gateUp), t, a(), i32([n], slots));
+    addon.siluMulShrink(wide, f32([n, 2 * dim], d.gateUp), null, a(), i32([n], slots));
+    expectSame(floats(wide), joined(floats(normed), floats(t)));
+  });
+
+  it('through a weight with every slot\'s b beside W, one linear is the projection plus its adapter', () => {
+    const d = data(8);
+    // b [outF, slots, 3 * rank] as the pool holds it (each row's slice at its place, zeros elsewhere).
+    const b = new Float32Array(outF * numSlots * R);
+    for (let o = 0; o < outF; o++) {
+      const j = starts.findIndex((s, i) => o >= s && o < starts[i + 1]);
+      for (let slot = 1; slot < numSlots; slot++)
+        for (let k = 0; k < rank; k++) b[(o * numSlots + slot) * R + j * rank + k] = d.b[(o * numSlots + slot) * R + j * rank + k];
+    }
+    const wideW = new Float32Array(outF * width);
+    for (let o = 0; o < outF; o++) {
+      wideW.set(d.lw.subarray(o * dim, (o + 1) * dim), o * width);
+      wideW.set(b.subarray(o * numSlots * R, (o + 1) * numSlots * R), o * width + dim);
+    }
+    const t = addon.empty('f32', [n, R]), want = addon.empty('f32', [n, outF]);
+    addon.loraShrink(t, f32([n, dim], d.x), f32([numSlots, R, dim], d.a), i32([n], slots));
+    addon.linearExpand(want, f32([n, dim], d.x), f32([outF, dim], d.lw), f32([outF], d.bias), t, f32([outF, numSlots, R], b),
+      i32([n], slots), i32([starts.length], starts));
+    const wide = addon.empty('f32', [n, width]), got = addon.empty('f32', [n, outF]);
+    addon.loraShrink(wide, f32([n, dim], d.x), f32([numSlots, R, dim], d.a), i32([n], slots));
+    addon.linear(got, wide, f32([outF, width], wideW), f32([outF], d.bias));
+    expectClose(floats(got), floats(want), 1e-5);
+    // The base projection reads only W's columns of the wide weight; the expand by GEMM only b's.
+    const base = addon.empty('f32', [n, outF]), plain = addon.empty('f32', [n, outF]);
+    addon.linear(base, f32([n, dim], d.x), f32([outF, width], wideW), null);
+    addon.linear(plain, f32([n, dim], d.x), f32([outF, dim], d.lw), null);
+    expectSame(floats(base), floats(plain));
+    const spread = addon.empty('f32', [n, numSlots * R]);
+    addon.linear(spread, f32([n, dim], d.x), f32([numSlots * R, dim], d.a), null);
+    addon.loraMask(spread, i32([n], slots), numSlots);
+    addon.linear(base, spread, f32([outF, width], wideW), null, true, dim);
+    expectClose(floats(base), floats(want).map((v, i) => v - d.bias[i % outF]), 1e-5);
+  });
+
+  it('refuse a wide row of the wrong width, and a weight window past its end, changing nothing', () => {
+    const d = data(9);
+    const a = f32([numSlots, R, dim], d.a), out = addon.zeros('f32', [n, width + 1]);
+    expectOpError(() => addon.rmsNormShrink(out, f32([n, dim], d.x), f32([dim], d.w), 1e-6, null, a, i32([n], slots)),
+      new RegExp(`^rmsNormShrink: wide t must be \\[${n}, ${width}\\]`));
+    expectOpError(() => addon.siluMulShrink(out, f32([n, 2 * dim], d.gateUp), null, a, i32([n], slots)),
+      new RegExp(`^siluMulShrink: out must be \\[${n}, ${width}\\]`));
+    expect(floats(out).every((v) => v === 0)).toBe(true);
+    const y = addon.zeros('f32', [n, outF]);
+    expectOpError(() => addon.linear(y, f32([n, dim], d.x), f32([outF, dim + 2], new Float32Array(outF * (dim + 2))), null, false, 3),
+      /^linear: w is f32\[14, 14\] \(\[out, in\]\) but x f32\[5, 12\] has 12 columns from column 3/);
+    expect(floats(y).every((v) => v === 0)).toBe(true);
+  });
+
+  it('copyRegion with srcCols copies only the first columns (a widened weight narrowed back)', () => {
+    const src = f32([2, 5], Float32Array.from({ length: 10 }, (_, i) => i)), dst = addon.zeros('f32', [2, 3]);
+    addon.copyRegion(dst, src, 0, 0, 1, false, 3);
+    expectSame(floats(dst), Float32Array.from([0, 1, 2, 5, 6, 7]));
+  });
+});
+
 describe('linear with accumulate', () => {
   it('adds x · wᵀ + bias to what out holds', () => {
     const d = data(6);
