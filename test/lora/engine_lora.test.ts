@@ -323,7 +323,8 @@ describe('closing', () => {
     const e = await withAdapters(engine(lora(1)));
     const target = [...e.lora!.weights.targets.values()].find((t) => t.bCol > 0)!;
     const [rows, width] = e.model.weights.get(target.name)!.shape;
-    expect(width).toBe(target.bCol + target.a.shape[0] * target.a.shape[1]);  // b beside W
+    expect(target.bCols).toBe(target.a.shape[0] * target.a.shape[1]);
+    expect(width).toBe(Math.ceil((target.bCol + target.bCols) / 64) * 64);  // b beside W, rows padded to 64
     e.close();
     expect(e.model.lora).toBeUndefined();
     expect([target.a.disposed, target.bAll.disposed]).toEqual([true, true]);
