@@ -182,14 +182,21 @@ __global__ void __launch_bounds__(kExpandThreads)
   }
 }
 
-// Row r of t keeps its slot's `width` columns; the rest (every column for slot 0) becomes 0.
+// wide row r = x[r], then s[r] (every slot's `width` columns) keeping only its slot's (slot 0
+// or out of range: none).
 template <typename T>
-__global__ void maskKernel(T* t, const int32_t* slotOfRow, int64_t numSlots, int64_t n, int64_t width) {
+__global__ void joinKernel(T* __restrict__ wide, const T* __restrict__ x, const T* __restrict__ s,
+                           const int32_t* slotOfRow, int64_t numSlots, int64_t n, int64_t in, int64_t width) {
   awaitPrior();
-  const int64_t cols = numSlots * width;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n * cols; i += int64_t(gridDim.x) * blockDim.x) {
-    const int32_t slot = slotOfRow[i / cols];
-    if (slot <= 0 || slot >= numSlots || i % cols / width != slot) t[i] = fromF<T>(0.0f);
+  const int64_t cols = numSlots * width, ld = in + cols;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n * ld; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / ld, c = i % ld;
+    if (c < in) {
+      wide[i] = x[r * in + c];
+      continue;
+    }
+    const int32_t slot = slotOfRow[r];
+    wide[i] = (c - in) / width == slot ? s[r * cols + c - in] : fromF<T>(0.0f);
   }
 }
 
@@ -298,12 +305,13 @@ void loraExpandAdd(DType act, void* out, const void* delta, const void* t, Weigh
   });
 }
 
-void loraMask(DType act, void* t, const int32_t* slotOfRow, int64_t numSlots, int64_t n, int64_t width) {
-  if (n * numSlots * width == 0) return;
+void loraJoin(DType act, void* wide, const void* x, const void* s, const int32_t* slotOfRow, int64_t numSlots,
+              int64_t n, int64_t in, int64_t width) {
+  if (n * (in + numSlots * width) == 0) return;
   withAct(act, [&](auto tt) {
     using T = decltype(tt);
-    launch("loraMask kernel", maskKernel<T>, strideGrid(n * numSlots * width), 256, 0, static_cast<T*>(t), slotOfRow,
-        numSlots, n, width);
+    launch("loraJoin kernel", joinKernel<T>, strideGrid(n * (in + numSlots * width)), 256, 0, static_cast<T*>(wide),
+        static_cast<const T*>(x), static_cast<const T*>(s), slotOfRow, numSlots, n, in, width);
   });
 }
 

@@ -71,8 +71,10 @@ void loraShrink(DType act, void* t, const void* x, Weights a, int64_t numSlots, 
 void loraExpand(DType act, void* out, const void* t, Weights b, int64_t numSlots, const int32_t* slotOfRow,
                 const int32_t* sliceStarts, int64_t numSlices, int64_t n, int64_t outF, int64_t rank,
                 SlotRanks ranks = {});
-// t [n, numSlots * width]: row r keeps only its slot's width columns (slot 0 or out of range: none).
-void loraMask(DType act, void* t, const int32_t* slotOfRow, int64_t numSlots, int64_t n, int64_t width);
+// wide [n, in + numSlots * width] = x [n, in], then s [n, numSlots * width] keeping only the row's
+// slot's width columns (slot 0 or out of range: none): a shrink by every slot at once made a wide row.
+void loraJoin(DType act, void* wide, const void* x, const void* s, const int32_t* slotOfRow, int64_t numSlots,
+              int64_t n, int64_t in, int64_t width);
 // out += (delta + the expand), the inner sum rounded first, every row (slot 0: out += delta).
 void loraExpandAdd(DType act, void* out, const void* delta, const void* t, Weights b, int64_t numSlots,
                    const int32_t* slotOfRow, const int32_t* sliceStarts, int64_t numSlices, int64_t n, int64_t outF,

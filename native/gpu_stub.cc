@@ -80,7 +80,7 @@ void loraExpand(DType, void*, const void*, Weights, int64_t, const int32_t*, con
                 int64_t, SlotRanks) {
   none();
 }
-void loraMask(DType, void*, const int32_t*, int64_t, int64_t, int64_t) { none(); }
+void loraJoin(DType, void*, const void*, const void*, const int32_t*, int64_t, int64_t, int64_t, int64_t) { none(); }
 void loraExpandAdd(DType, void*, const void*, const void*, Weights, int64_t, const int32_t*, const int32_t*, int64_t, int64_t,
                    int64_t, int64_t, SlotRanks) {
   none();

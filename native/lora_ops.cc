@@ -60,7 +60,7 @@ Napi::Value LoraShrink(const Napi::CallbackInfo& info) {
 // loraExpand(out [n, outF], t [n, S*R], b [outF, slots, S*R], slotOfRow [n], sliceStarts [S+1], slotRanks? [slots, S])
 // (b[o, slot] holds o's slice's R entries at that slice's place, zeros elsewhere: with t's rows
 // spread over every slot's place and zero outside their own, the expand is one GEMM, see
-// loraMask.)
+// loraJoin.)
 Napi::Value LoraExpand(const Napi::CallbackInfo& info) {
   OpArgs a(info, "loraExpand");
   Tensor &out = a.tensor(0, "out"), &t = a.tensor(1, "t"), &w = a.tensor(2, "b");
@@ -236,24 +236,29 @@ Napi::Value Fill(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// loraMask(t [n, slots * W], slotOfRow [n], slots): row r keeps only columns [slot * W, (slot + 1) * W)
-// of its slot (slot 0: none). A shrink by every slot's a at once (one GEMM), masked so, feeds an
-// expand by every slot's b at once.
-Napi::Value LoraMask(const Napi::CallbackInfo& info) {
-  OpArgs a(info, "loraMask");
-  Tensor &t = a.tensor(0, "t"), &slots = a.tensor(1, "slotOfRow");
-  const int numSlots = a.integer(2, "slots", 1);
+// loraJoin(wide [n, in + slots * W], x [n, in], s [n, slots * W], slotOfRow [n], slots): the wide row
+// (see loraShrink) from x and a shrink by every slot's a at once (one GEMM): row r keeps only
+// its slot's W columns of s (slot 0: none).
+Napi::Value LoraJoin(const Napi::CallbackInfo& info) {
+  OpArgs a(info, "loraJoin");
+  Tensor &wide = a.tensor(0, "wide"), &x = a.tensor(1, "x"), &s = a.tensor(2, "s"), &slots = a.tensor(3, "slotOfRow");
+  const int numSlots = a.integer(4, "slots", 1);
   bool cuda = a.oneDevice();
-  a.expectAct(t, "t");
-  a.expectRank(t, 2, "t");
-  a.expect(t.dim(1) % numSlots == 0, "t " + t.describe() + " must have slots * width columns, slots = " + std::to_string(numSlots));
-  expectSlotOfRow(a, slots, t.dim(0), numSlots);
-  const int64_t width = t.dim(1) / numSlots;
+  const DType act = a.expectAct(x, "x");
+  a.expectRank(x, 2, "x");
+  a.expectAct(s, "s");
+  a.expectRank(s, 2, "s");
+  a.expect(s.dim(1) % numSlots == 0, "s " + s.describe() + " must have slots * width columns, slots = " + std::to_string(numSlots));
+  a.expectShape(s, {x.dim(0), s.dim(1)}, "s");
+  a.expectAct(wide, "wide");
+  a.expectShape(wide, {x.dim(0), x.dim(1) + s.dim(1)}, "wide");
+  expectSlotOfRow(a, slots, x.dim(0), numSlots);
+  const int64_t n = x.dim(0), in = x.dim(1), width = s.dim(1) / numSlots;
   if (cuda) {
-    a.run([&] { gpu::loraMask(t.dtype(), t.data(), slots.ptr<int32_t>(), numSlots, t.dim(0), width); });
+    a.run([&] { gpu::loraJoin(act, wide.data(), x.data(), s.data(), slots.ptr<int32_t>(), numSlots, n, in, width); });
     return info.Env().Undefined();
   }
-  cpu::loraMask(t.ptr<float>(), slots.ptr<int32_t>(), numSlots, t.dim(0), width);
+  cpu::joinWide(wide.ptr<float>(), x.ptr<float>(), s.ptr<float>(), slots.ptr<int32_t>(), numSlots, n, in, width, true);
   return info.Env().Undefined();
 }
 
@@ -287,7 +292,7 @@ void RegisterLoraOps(Napi::Env env, Napi::Object exports) {
   exports["rmsNormShrink"] = Napi::Function::New<RmsNormShrink>(env, "rmsNormShrink");
   exports["siluMulShrink"] = Napi::Function::New<SiluMulShrink>(env, "siluMulShrink");
   exports["linearExpand"] = Napi::Function::New<LinearExpand>(env, "linearExpand");
-  exports["loraMask"] = Napi::Function::New<LoraMask>(env, "loraMask");
+  exports["loraJoin"] = Napi::Function::New<LoraJoin>(env, "loraJoin");
   exports["copyRegion"] = Napi::Function::New<CopyRegion>(env, "copyRegion");
   exports["fill"] = Napi::Function::New<Fill>(env, "fill");
   exports["maxAbsDiff"] = Napi::Function::New<MaxAbsDiff>(env, "maxAbsDiff");

@@ -184,11 +184,15 @@ export interface Binding {
   /**
    * out[n, outF] += per row, t(slice of each output row) · B[slotOfRow]ᵀ. b: [outF, slots, S * R], b[o, slot]
    * holding o's slice's R entries at that slice's place (zeros elsewhere): so with t spread over every
-   * slot's place [n, slots * S * R] and masked (loraMask), t · b viewed [outF, slots * S * R]ᵀ is the expand.
+   * slot's place [n, slots * S * R] and masked (loraJoin), t · b viewed [outF, slots * S * R]ᵀ is the expand.
    */
   loraExpand(out: Tensor, t: Tensor, b: Tensor, slotOfRow: Tensor, sliceStarts: Tensor, slotRanks?: Tensor): void;
-  /** t [n, slots * W]: row r keeps only its slot's W columns, [slot * W, (slot + 1) * W); slot 0 rows become 0. */
-  loraMask(t: Tensor, slotOfRow: Tensor, slots: number): void;
+  /**
+   * wide [n, in + slots * W] = x [n, in], then s [n, slots * W] (a shrink by every slot at once)
+   * with row r keeping only its slot's W columns, [slot * W, (slot + 1) * W) (slot 0 rows: none):
+   * the wide row loraShrink makes (see there), from a GEMM's shrink.
+   */
+  loraJoin(wide: Tensor, x: Tensor, s: Tensor, slotOfRow: Tensor, slots: number): void;
   /** rmsNorm, then loraShrink(t, out, a, slotOfRow): one launch on CUDA. t null: out is a wide row (see loraShrink) and takes both. */
   rmsNormShrink(out: Tensor, x: Tensor, w: Tensor, eps: number, t: Tensor | null, a: Tensor, slotOfRow: Tensor, slotRanks?: Tensor): void;
   /** siluMul, then loraShrink(t, out, a, slotOfRow): one launch on CUDA. t null: out is a wide row (see loraShrink). */

@@ -2,11 +2,11 @@
 // A is [slots, slices * R, in]; viewed 2-D, [slots * slices * R, in]. B of a projection lives
 // beside its W: the model's weight [out, in] is widened to [out, in + slots * slices * R] and
 // b[o, slot] (o's slice's R entries at that slice's place, zeros at the other slices') sits in
-// columns in + slot * slices * R. A decode step then makes each projection's input a wide row
-// [x | t spread over every slot, zeros but the row's own] (the shrink, where x is made) and
-// one GEMM by the whole widened weight is the projection plus its adapter: no expand launch.
-// A prefill-sized step shrinks by every slot at once (x · aᵀ, one GEMM), keeps each row's own
-// slot (loraMask), and expands by b's columns (one GEMM). The embedding (a holds Aᵀ as
+// columns in + slot * slices * R. A step makes each projection's input a wide row [x | t
+// spread over every slot, zeros but the row's own], and one GEMM by the whole widened weight is
+// the projection plus its adapter, summed in f32 and rounded once: no expand launch. At decode
+// sizes the shrink is made where x is made (norm, SiLU·mul); a prefill-sized step shrinks by
+// every slot at once (x · aᵀ, one GEMM) and loraJoin keeps each row's own. The embedding (a holds Aᵀ as
 // [slots, vocab, R] so a row gather does the shrink) and lm_head (whose weight may be the
 // embedding's) keep a b of their own, [out, slots, slices * R], for the per-row kernels.
 // Scales are folded into b at load; ranks below R are zero-padded (the GEMMs multiply the
@@ -94,14 +94,13 @@ export function slotWeightsBytes(
 
 /**
  * The widths of a step's rows that the pool adds (Workspace sizes its buffers by them): `lora`,
- * the shrink by every slot at once (slots * slices * rank; an embedding: slots * rank); `x`
- * and `act`, the widest wide row each holds (act: down's input; x: every other projection's,
- * o's made from attn); 0 where the pool has none.
+ * the shrink by every slot at once (slots * slices * rank; an embedding: slots * rank); `wide`,
+ * the widest wide row (in + slots * slices * rank), which the x and act buffers both hold (0:
+ * the pool adapts no projection).
  */
 export interface PoolWidths {
   lora: number;
-  x: number;
-  act: number;
+  wide: number;
 }
 
 export function poolWidths(config: ModelConfig, numSlots: number, rank: number, targets: ReadonlySet<string>): PoolWidths {
@@ -109,10 +108,8 @@ export function poolWidths(config: ModelConfig, numSlots: number, rank: number, 
 }
 
 function widthsOf(shapes: readonly TargetShape[], numSlots: number, rank: number): PoolWidths {
-  const wide = (down: boolean) => Math.max(0, ...shapes
-    .filter((t) => t.beside && t.weight.name.endsWith('.down') === down)
-    .map((t) => t.weight.shape[1] + numSlots * t.slices * rank));
-  return { lora: numSlots * Math.max(1, ...shapes.map((t) => t.slices * rank)), x: wide(false), act: wide(true) };
+  const wide = Math.max(0, ...shapes.filter((t) => t.beside).map((t) => t.weight.shape[1] + numSlots * t.slices * rank));
+  return { lora: numSlots * Math.max(1, ...shapes.map((t) => t.slices * rank)), wide };
 }
 
 export class SlotWeights {

@@ -76,17 +76,11 @@ export class LlamaModel {
     const adapted = (name: string) => lora?.weights.targets.get(name);
     const gemms = n >= this.loraGemmRows;
     const numSlots = lora?.weights.numSlots ?? 0;
-    /** By GEMMs: s [rows, slots * S * R] = input · aᵀ by every slot, then each row keeps its own slot's part. */
-    const shrinkAll = (t: LoraTarget, input: Tensor, slots: Tensor): Tensor => {
-      const s = buffer('lora', input.shape[0], t.aAll.shape[0]);
-      addon.linear(s, input, t.aAll, null);
-      addon.loraMask(s, slots, numSlots);
-      return s;
-    };
     /**
-     * At decode sizes an adapted projection (b beside W) takes a wide row: its input, then
-     * each row's shrink at its slot's columns (zeros at the others'), as wide as the widened
-     * weight. The norm and SiLU·mul make it where they make their output, in one launch.
+     * An adapted projection (b beside W) takes a wide row: its input, then each row's shrink at
+     * its slot's columns (zeros at the others'), as wide as the widened weight's W and b; one
+     * GEMM by that weight is then the projection plus each row's adapter. At decode sizes the
+     * norm and SiLU·mul make it where they make their output, in one launch.
      */
     const wideFor = (t: LoraTarget | undefined): t is LoraTarget => !!t && !!lora && !gemms && t.bCol > 0;
     const wideRow = (name: BufferName, t: LoraTarget, rows: number) => buffer(name, rows, t.bCol + t.bCols);
@@ -113,47 +107,43 @@ export class LlamaModel {
       return at;
     };
     /**
-     * out = input · Wᵀ (+ bias) plus each row's adapter delta (out += with accumulate).
-     * - A wide input (decode): one GEMM by the widened weight; an input made elsewhere (o's,
-     *   from attention) becomes a wide row in `x` (free while o projects) first.
-     * - By GEMMs (prefill-sized steps): the expand is one more GEMM, s · bᵀ over every slot,
-     *   its product rounded to the activation type before it joins the projection (as
-     *   transformers + PEFT round it); accumulating, the projection and its delta meet in the
-     *   `x` buffer (free while o and down project) before the residual takes them.
-     * - lm_head (its own b): the per-row shrink and expand kernels.
+     * out = input · Wᵀ (+ bias) plus each row's adapter delta (out += with accumulate): one
+     * GEMM by the widened weight from the input's wide row. The row is made here unless the
+     * input is one already, in `x` or `act`, whichever the input is not in (o's input comes
+     * from attention, down's from act; x is free from qkv's projection to the next norm, act
+     * from down's to the next SiLU·mul): by the per-row shrink at decode sizes, by a GEMM over
+     * every slot's A (and loraJoin) for prefill-sized steps. lm_head (its own b): the per-row
+     * shrink and expand kernels.
      */
     type ProjectOptions = { slots?: Tensor; accumulate?: boolean };
     const project = (out: Tensor, input: Tensor, name: string, o: ProjectOptions = {}) => {
       const t = adapted(name);
       const slots = o.slots ?? lora?.plan.rowSlots;
       const w = this.w(name);
-      const made = !!t && t.bCol > 0 && input.shape[1] === t.bCol + t.bCols;  // a wide row already
+      const made = !!t && t.bCol > 0 && input.shape[1] === t.bCol + t.bCols;
       if (!t || !slots || made) {
         addon.linear(out, input, w, this.bias(name), o.accumulate);
         return;
       }
       const rows = input.shape[0];
-      if (rows >= this.loraGemmRows) {
-        const s = shrinkAll(t, input, slots);
-        const y = o.accumulate ? buffer('x', rows, out.shape[1]) : out;
-        addon.linear(y, input, w, this.bias(name));
-        addon.linear(y, s, t.bAll, null, true, t.bCol);
-        if (o.accumulate) {
-          addon.add(out, out, y);
-          y.dispose();
-        }
-        s.dispose();
-      } else if (t.bCol > 0) {
-        const xt = wideRow('x', t, rows);
-        addon.loraShrink(xt, input, t.a, slots, t.ranks);
-        addon.linear(out, xt, w, this.bias(name), o.accumulate);
-        xt.dispose();
-      } else {
+      if (t.bCol === 0) {
         const s = buffer('lora', rows, t.a.shape[1]);
         addon.loraShrink(s, input, t.a, slots, t.ranks);
         addon.linearExpand(out, input, w, this.bias(name), s, t.b!, slots, t.sliceStarts, o.accumulate, t.ranks);
         s.dispose();
+        return;
       }
+      const xt = wideRow(input === x ? 'act' : 'x', t, rows);
+      if (rows >= this.loraGemmRows) {
+        const s = buffer('lora', rows, t.aAll.shape[0]);
+        addon.linear(s, input, t.aAll, null);
+        addon.loraJoin(xt, input, s, slots, numSlots);
+        s.dispose();
+      } else {
+        addon.loraShrink(xt, input, t.a, slots, t.ranks);
+      }
+      addon.linear(out, xt, w, this.bias(name), o.accumulate);
+      xt.dispose();
     };
     /** project, the wide row (if one was made) given back to its buffer after. */
     const projectFrom = (out: Tensor, input: Tensor, name: string, o: ProjectOptions = {}) => {

@@ -57,11 +57,11 @@ export class Workspace {
 function bufferSizes(c: ModelConfig, T: number, R: number, lora?: PoolWidths): [BufferName, number][] {
   const sizes: [BufferName, number][] = [
     ['residual', T * c.hiddenSize],
-    ['x', T * Math.max(c.hiddenSize, lora?.x ?? 0)],
+    ['x', T * Math.max(c.hiddenSize, lora?.wide ?? 0)],
     ['qkv', T * (c.numHeads + 2 * c.numKvHeads) * c.headDim],
     ['attn', T * c.numHeads * c.headDim],
     ['gateUp', T * 2 * c.intermediateSize],
-    ['act', T * Math.max(c.intermediateSize, lora?.act ?? 0)],
+    ['act', T * Math.max(c.intermediateSize, lora?.wide ?? 0)],
     ['last', R * c.hiddenSize],
     ['logits', R * c.vocabSize],
   ];

@@ -29,21 +29,14 @@ void loraShrink(float* t, const float* x, Weights a, const int32_t* slotOfRow, i
 }
 
 void joinWide(float* wide, const float* x, const float* t, const int32_t* slotOfRow, int64_t numSlots, int64_t n,
-              int64_t in, int64_t rankRows) {
+              int64_t in, int64_t rankRows, bool everySlot) {
   const int64_t ld = in + numSlots * rankRows;
   for (int64_t r = 0; r < n; ++r) {
     float* row = wide + r * ld;
+    const float* own = everySlot ? t + (r * numSlots + slotOfRow[r]) * rankRows : t + r * rankRows;
     std::copy(x + r * in, x + (r + 1) * in, row);
     for (int64_t s = 0; s < numSlots; ++s)
-      for (int64_t k = 0; k < rankRows; ++k) row[in + s * rankRows + k] = s == slotOfRow[r] ? t[r * rankRows + k] : 0.0f;
-  }
-}
-
-void loraMask(float* t, const int32_t* slotOfRow, int64_t numSlots, int64_t n, int64_t width) {
-  for (int64_t r = 0; r < n; ++r) {
-    const int32_t slot = slotOfRow[r];
-    for (int64_t c = 0; c < numSlots * width; ++c)
-      if (slot <= 0 || slot >= numSlots || c / width != slot) t[r * numSlots * width + c] = 0;
+      for (int64_t k = 0; k < rankRows; ++k) row[in + s * rankRows + k] = s == slotOfRow[r] && s > 0 ? own[k] : 0.0f;
   }
 }
 

@@ -72,13 +72,12 @@ void logprobs(float* chosenLp, int32_t* topIds, float* topLp, int64_t k, const f
 // neither read nor multiplied.
 void loraShrink(float* t, const float* x, Weights a, const int32_t* slotOfRow, int64_t n, int64_t in,
                 int64_t rankRows, const int32_t* slotRanks = nullptr, int64_t slices = 1);
-// wide [n, in + numSlots * rankRows] = x, then t [n, rankRows] at the row's slot's columns and
-// zeros at every other slot's (slot 0 or out of range: all zeros): the input of a projection
-// whose weight carries every slot's b beside W.
+// wide [n, in + numSlots * rankRows] = x, then the row's t at its slot's columns and zeros at
+// every other slot's (slot 0 or out of range: all zeros): the input of a projection whose
+// weight carries every slot's b beside W. t is [n, rankRows] (the row's own slot), or with
+// everySlot [n, numSlots * rankRows] (a shrink by every slot at once; the row's part kept).
 void joinWide(float* wide, const float* x, const float* t, const int32_t* slotOfRow, int64_t numSlots, int64_t n,
-              int64_t in, int64_t rankRows);
-// t [n, numSlots * width]: row r keeps only its slot's width columns (slot 0 or out of range: none).
-void loraMask(float* t, const int32_t* slotOfRow, int64_t numSlots, int64_t n, int64_t width);
+              int64_t in, int64_t rankRows, bool everySlot = false);
 // b: [outF, numSlots, numSlices * rank].
 void loraExpand(float* out, const float* t, Weights b, int64_t numSlots, const int32_t* slotOfRow,
                 const int32_t* sliceStarts, int64_t numSlices, int64_t n, int64_t outF, int64_t rank,

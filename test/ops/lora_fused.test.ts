@@ -117,16 +117,21 @@ describe('wide rows: [x | every slot\'s shrink]', () => {
     addon.loraShrink(wide, f32([n, dim], d.x), f32([numSlots, R, dim], d.a), i32([n], slots));
     addon.linear(got, wide, f32([outF, width], wideW), f32([outF], d.bias));
     expectClose(floats(got), floats(want), 1e-5);
-    // The base projection reads only W's columns of the wide weight; the expand by GEMM only b's.
+    // The base projection reads only W's columns of the wide weight; the expand alone only b's.
     const base = addon.empty('f32', [n, outF]), plain = addon.empty('f32', [n, outF]);
     addon.linear(base, f32([n, dim], d.x), f32([outF, width], wideW), null);
     addon.linear(plain, f32([n, dim], d.x), f32([outF, dim], d.lw), null);
     expectSame(floats(base), floats(plain));
     const spread = addon.empty('f32', [n, numSlots * R]);
     addon.linear(spread, f32([n, dim], d.x), f32([numSlots * R, dim], d.a), null);
-    addon.loraMask(spread, i32([n], slots), numSlots);
-    addon.linear(base, spread, f32([outF, width], wideW), null, true, dim);
-    expectClose(floats(base), floats(want).map((v, i) => v - d.bias[i % outF]), 1e-5);
+    const joined = addon.empty('f32', [n, width]);
+    addon.loraJoin(joined, f32([n, dim], d.x), spread, i32([n], slots), numSlots);
+    expectClose(floats(joined), floats(wide), 1e-6);  // the GEMM shrink's wide row: the per-row shrink's
+    // A window of W's columns from wCol: b's columns, as b on its own.
+    const window = addon.empty('f32', [n, outF]), own = addon.empty('f32', [n, outF]);
+    addon.linear(window, spread, f32([outF, width], wideW), null, false, dim);
+    addon.linear(own, spread, f32([outF, numSlots * R], b), null);
+    expectSame(floats(window), floats(own));
   });
 
   it('refuse a wide row of the wrong width, and a weight window past its end, changing nothing', () => {
@@ -255,11 +260,12 @@ describe('slotRanks', () => {
   });
 });
 
-describe('loraMask, and the expand by every slot at once', () => {
-  it('keeps each row its own slot\'s columns only (slot 0: none)', () => {
-    const t = f32([3, 6], Float32Array.from({ length: 18 }, (_, i) => i + 1));
-    addon.loraMask(t, i32([3], [1, 0, 2]), 3);  // width 2: slot s owns columns 2s, 2s + 1
-    expect(Array.from(floats(t))).toEqual([0, 0, 3, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 17, 18]);
+describe('loraJoin, and the expand by every slot at once', () => {
+  it('makes [x | s], each row keeping its own slot\'s columns of s only (slot 0: none)', () => {
+    const s = f32([3, 6], Float32Array.from({ length: 18 }, (_, i) => i + 1)), x = f32([3, 1], [-1, -2, -3]);
+    const wide = addon.empty('f32', [3, 7]);
+    addon.loraJoin(wide, x, s, i32([3], [1, 0, 2]), 3);  // width 2: slot s owns columns 2s, 2s + 1
+    expect(Array.from(floats(wide))).toEqual([-1, 0, 0, 3, 4, 0, 0, -2, 0, 0, 0, 0, 0, 0, -3, 0, 0, 0, 0, 17, 18]);
   });
 
   it('makes x · aᵀ (every slot), masked, then · bᵀ (every slot) equal loraShrink then loraExpand', () => {
@@ -275,16 +281,22 @@ describe('loraMask, and the expand by every slot at once', () => {
     addon.loraExpand(want, t, b, i32([n], slots), i32([4], starts));
     const got = f32([n, outF], d.lw.subarray(0, n * outF)), all = addon.empty('f32', [n, numSlots * S * rank]);
     addon.linear(all, f32([n, dim], d.x), a.view([numSlots * S * rank, dim]), null);
-    addon.loraMask(all, i32([n], slots), numSlots);
-    addon.linear(got, all, b.view([outF, numSlots * S * rank]), null, true);
+    const wide = addon.empty('f32', [n, dim + numSlots * S * rank]);
+    addon.loraJoin(wide, f32([n, dim], d.x), all, i32([n], slots), numSlots);
+    // Through [0 | b] (a widened weight whose W is zero): the expand alone.
+    const zeroW = new Float32Array(outF * (dim + numSlots * S * rank));
+    bVals.forEach((v, i) => { zeroW[Math.floor(i / (numSlots * S * rank)) * (dim + numSlots * S * rank) + dim + (i % (numSlots * S * rank))] = v; });
+    addon.linear(got, wide, f32([outF, dim + numSlots * S * rank], zeroW), null, true);
     expectClose(floats(got), floats(want), 1e-5);
   });
 
   it('rejects bad arguments, naming them, and changes nothing', () => {
-    const t = f32([2, 6], Float32Array.from({ length: 12 }, (_, i) => i));
-    expectOpError(() => addon.loraMask(t, i32([2], [0, 1]), 4), /^loraMask: t .* must have slots \* width columns, slots = 4/);
-    expectOpError(() => addon.loraMask(t, i32([2], [0, 3]), 3), /^loraMask: slotOfRow\[1\] = 3 is not one of the 3 slots/);
-    expectOpError(() => addon.loraMask(t, i32([3], [0, 1, 2]), 3), /^loraMask: slotOfRow must be \[2\]/);
-    expect(Array.from(floats(t))).toEqual(Array.from({ length: 12 }, (_, i) => i));
+    const s = f32([2, 6], Float32Array.from({ length: 12 }, (_, i) => i)), x = f32([2, 2], [1, 2, 3, 4]);
+    const wide = addon.zeros('f32', [2, 8]);
+    expectOpError(() => addon.loraJoin(wide, x, s, i32([2], [0, 1]), 4), /^loraJoin: s .* must have slots \* width columns, slots = 4/);
+    expectOpError(() => addon.loraJoin(wide, x, s, i32([2], [0, 3]), 3), /^loraJoin: slotOfRow\[1\] = 3 is not one of the 3 slots/);
+    expectOpError(() => addon.loraJoin(wide, x, s, i32([3], [0, 1, 2]), 3), /^loraJoin: slotOfRow must be \[2\]/);
+    expectOpError(() => addon.loraJoin(addon.zeros('f32', [2, 7]), x, s, i32([2], [0, 1]), 3), /^loraJoin: wide must be \[2, 8\]/);
+    expect(Array.from(floats(wide)).every((v) => v === 0)).toBe(true);
   });
 });
