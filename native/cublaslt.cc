@@ -6,7 +6,9 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
+#include <memory>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -116,7 +118,7 @@ void check(int status, const char* what) {
                      " (" + std::to_string(status) + ")");
 }
 
-// Descriptors freed on every path out of a GEMM.
+// A shape's descriptors, freed with it.
 struct Descs {
   void* desc = nullptr;
   void* a = nullptr;
@@ -144,13 +146,47 @@ Handle gHandle = nullptr;
 void* gWorkspace = nullptr;
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;
 using ShapeKey = std::tuple<int64_t, int64_t, int64_t, int64_t, uint32_t, uint32_t, uint32_t, bool>;
-std::map<ShapeKey, std::pair<bool, Algo>> gAlgos;  // false: cuBLASLt has none for this shape
+// What a shape needs, made on its first GEMM and kept: its descriptors and the heuristic's
+// algorithm (ok false: cuBLASLt has none for it). Making the descriptors on every call cost
+// the host several microseconds a GEMM, a hundred GEMMs an eager step.
+struct Plan {
+  Descs d;
+  bool ok = false;
+  Algo algo{};
+};
+std::map<ShapeKey, std::unique_ptr<Plan>> gPlans;
 
 }  // namespace
 
 const Status& status() {
   std::call_once(gLoadOnce, load);
   return gStatus;
+}
+
+// A shape's descriptors and algorithm. Row-major out = x · wᵀ is column-major outᵀ[outF, n] =
+// w' · xᵀ, with w' = w read transposed: A = w (in x outF, ld ldw, op T), B = x (in x n, ld in),
+// D = out (outF x n). aligns: A, B, C, D, as the buffers really are (views may start anywhere).
+std::unique_ptr<Plan> makePlan(int64_t n, int64_t in, int64_t outF, int64_t ldw, const std::array<uint32_t, 4>& aligns) {
+  auto plan = std::make_unique<Plan>();
+  Descs& d = plan->d;
+  check(gApi.descCreate(&d.desc, kComputeF32, kDataF32), "cublasLtMatmulDescCreate");
+  int32_t opT = kOpT, opN = kOpN;
+  check(gApi.descSetAttribute(d.desc, kDescTransA, &opT, sizeof opT), "set TRANSA");
+  check(gApi.descSetAttribute(d.desc, kDescTransB, &opN, sizeof opN), "set TRANSB");
+  check(gApi.layoutCreate(&d.a, kDataBf16, uint64_t(in), uint64_t(outF), ldw), "cublasLtMatrixLayoutCreate(A)");
+  check(gApi.layoutCreate(&d.b, kDataBf16, uint64_t(in), uint64_t(n), in), "cublasLtMatrixLayoutCreate(B)");
+  check(gApi.layoutCreate(&d.d, kDataBf16, uint64_t(outF), uint64_t(n), outF), "cublasLtMatrixLayoutCreate(D)");
+  check(gApi.prefCreate(&d.pref), "cublasLtMatmulPreferenceCreate");
+  uint64_t ws = kWorkspaceBytes;
+  check(gApi.prefSetAttribute(d.pref, kPrefMaxWorkspace, &ws, sizeof ws), "set MAX_WORKSPACE_BYTES");
+  for (int i = 0; i < 4; ++i)
+    check(gApi.prefSetAttribute(d.pref, kPrefMinAlignA + i, &aligns[i], sizeof aligns[i]), "set MIN_ALIGNMENT");
+  HeuristicResult result{};
+  int returned = 0;
+  int s = gApi.getHeuristic(gHandle, d.desc, d.a, d.b, d.d, d.d, d.pref, 1, &result, &returned);
+  plan->ok = s == kSuccess && returned > 0 && result.state == kSuccess;
+  plan->algo = result.algo;
+  return plan;
 }
 
 bool gemmBf16(void* out, const void* x, const void* w, int64_t n, int64_t in, int64_t outF, void* stream,
@@ -165,42 +201,19 @@ bool gemmBf16(void* out, const void* x, const void* w, int64_t n, int64_t in, in
   if (!gHandle) check(gApi.create(&gHandle), "cublasLtCreate");
   if (!gWorkspace) gWorkspace = gpu::alloc(kWorkspaceBytes);
 
-  // Row-major out = x · wᵀ is column-major outᵀ[outF, n] = w' · xᵀ, with w' = w read
-  // transposed: A = w (in x outF, ld ldw, op T), B = x (in x n, ld in), D = out (outF x n).
-  Descs d;
-  check(gApi.descCreate(&d.desc, kComputeF32, kDataF32), "cublasLtMatmulDescCreate");
-  int32_t opT = kOpT, opN = kOpN;
-  check(gApi.descSetAttribute(d.desc, kDescTransA, &opT, sizeof opT), "set TRANSA");
-  check(gApi.descSetAttribute(d.desc, kDescTransB, &opN, sizeof opN), "set TRANSB");
-  check(gApi.layoutCreate(&d.a, kDataBf16, uint64_t(in), uint64_t(outF), ldw), "cublasLtMatrixLayoutCreate(A)");
-  check(gApi.layoutCreate(&d.b, kDataBf16, uint64_t(in), uint64_t(n), in), "cublasLtMatrixLayoutCreate(B)");
-  check(gApi.layoutCreate(&d.d, kDataBf16, uint64_t(outF), uint64_t(n), outF), "cublasLtMatrixLayoutCreate(D)");
-
   // Every row must be as aligned as the heuristic is told: the stride counts too.
   auto rowsAlignment = [](const void* p, int64_t ld) {
     return std::min(alignmentOf(p), alignmentOf(reinterpret_cast<const void*>(uintptr_t(ld) * sizeof(uint16_t))));
   };
   uint32_t alignA = rowsAlignment(w, ldw), alignB = rowsAlignment(x, in), alignD = rowsAlignment(out, outF);
   ShapeKey key{n, in, outF, ldw, alignA, alignB, alignD, accumulate};
-  auto found = gAlgos.find(key);
-  if (found == gAlgos.end()) {
-    check(gApi.prefCreate(&d.pref), "cublasLtMatmulPreferenceCreate");
-    uint64_t ws = kWorkspaceBytes;
-    check(gApi.prefSetAttribute(d.pref, kPrefMaxWorkspace, &ws, sizeof ws), "set MAX_WORKSPACE_BYTES");
-    // Tell the heuristic how aligned the buffers really are (views may start anywhere).
-    uint32_t aligns[4] = {alignA, alignB, alignD, alignD};
-    for (int i = 0; i < 4; ++i)
-      check(gApi.prefSetAttribute(d.pref, kPrefMinAlignA + i, &aligns[i], sizeof aligns[i]), "set MIN_ALIGNMENT");
-    HeuristicResult result{};
-    int returned = 0;
-    int s = gApi.getHeuristic(gHandle, d.desc, d.a, d.b, d.d, d.d, d.pref, 1, &result, &returned);
-    bool ok = s == kSuccess && returned > 0 && result.state == kSuccess;
-    found = gAlgos.emplace(key, std::make_pair(ok, result.algo)).first;
-  }
-  if (!found->second.first) return false;
+  std::unique_ptr<Plan>& plan = gPlans[key];
+  if (!plan) plan = makePlan(n, in, outF, ldw, {alignA, alignB, alignD, alignD});
+  if (!plan->ok) return false;
   float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;  // C = D = out
-  check(gApi.matmul(gHandle, d.desc, &alpha, w, d.a, x, d.b, &beta, out, d.d, out, d.d, &found->second.second,
-                    gWorkspace, kWorkspaceBytes, stream),
+  const Descs& d = plan->d;
+  check(gApi.matmul(gHandle, d.desc, &alpha, w, d.a, x, d.b, &beta, out, d.d, out, d.d, &plan->algo, gWorkspace,
+                    kWorkspaceBytes, stream),
         "cublasLtMatmul");
   return true;
 }
