@@ -196,7 +196,7 @@ __global__ void joinKernel(T* __restrict__ wide, const T* __restrict__ x, const 
       continue;
     }
     const int32_t slot = slotOfRow[r];
-    wide[i] = (c - in) / width == slot ? s[r * cols + c - in] : fromF<T>(0.0f);
+    wide[i] = slot > 0 && (c - in) / width == slot ? s[r * cols + c - in] : fromF<T>(0.0f);
   }
 }
 

@@ -154,7 +154,8 @@ struct Plan {
   bool ok = false;
   Algo algo{};
 };
-std::map<ShapeKey, std::unique_ptr<Plan>> gPlans;
+// Never freed, as the handle: at exit, destructors would call into a library being unloaded.
+auto& gPlans = *new std::map<ShapeKey, std::unique_ptr<Plan>>;
 
 }  // namespace
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -126,6 +127,20 @@ void readToHost(char* out, DType dstType, int fd, const std::string& path, int64
   }
 }
 
+// The index of the first of n values of a float dtype that is NaN or ±Inf, or -1.
+int64_t firstNonFinite(const char* p, DType d, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (d == DType::F32) {
+      if (!std::isfinite(reinterpret_cast<const float*>(p)[i])) return i;
+      continue;
+    }
+    const uint16_t v = reinterpret_cast<const uint16_t*>(p)[i];
+    const uint16_t exponent = d == DType::BF16 ? 0x7F80 : 0x7C00;  // all ones: Inf or NaN
+    if ((v & exponent) == exponent) return i;
+  }
+  return -1;
+}
+
 // readIntoAsync's work on the libuv pool: the tensor's storage is held until it is done.
 class ReadWorker : public Napi::AsyncWorker {
  public:
@@ -142,6 +157,11 @@ class ReadWorker : public Napi::AsyncWorker {
     try {
       checkFileHolds(fd.fd, path_, fileOffset_, count_ * int64_t(dtypeSize(src_)));
       readToHost(out_, dstType_, fd.fd, path_, fileOffset_, src_, count_, scale_);
+      const int64_t bad = isFloat(dstType_) ? firstNonFinite(out_, dstType_, count_) : -1;
+      if (bad >= 0)
+        return SetError(path_ + ": value " + std::to_string(bad) + " of the " + std::to_string(count_) + " read at byte " +
+                        std::to_string(fileOffset_) + " is not finite (NaN or ±Inf" +
+                        (scale_ != 1.0f || dstType_ != src_ ? " once scaled and stored as " + std::string(dtypeName(dstType_)) : "") + ")");
     } catch (const std::runtime_error& e) {
       SetError(e.what());
     }
@@ -164,8 +184,10 @@ class ReadWorker : public Napi::AsyncWorker {
 }  // namespace
 
 // readIntoAsync(...readInto's arguments): the same read on a libuv thread, into a host
-// tensor; resolves when the bytes are in place. Adapters load this way so a disk read never
-// stalls the engine's steps.
+// tensor; resolves when the bytes are in place, rejects when one of the values is not finite
+// (there, or once scaled and rounded). Adapters load this way so a disk read never stalls the
+// engine's steps; a NaN in one adapter's b would reach every row of a step (each row's GEMM
+// multiplies the other slots' b by zeros).
 Napi::Value ReadIntoAsync(const Napi::CallbackInfo& info) {
   ReadArgs a = parseRead(info, "readIntoAsync");
   if (a.dst->device() != Device::CPU) throw Napi::TypeError::New(info.Env(), "readIntoAsync: dst must be a cpu tensor");

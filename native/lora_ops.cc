@@ -22,6 +22,12 @@ gpu::SlotRanks shrinkRanks(const OpArgs& a, const Tensor* ranks, const Tensor& w
   return {expectSlotRanks(a, ranks, w.dim(0), slices, w.dim(1) / slices), slices};
 }
 
+// Whether two tensors' elements share memory.
+bool overlap(const Tensor& x, const Tensor& y) {
+  const char *a = static_cast<const char*>(x.data()), *b = static_cast<const char*>(y.data());
+  return a < b + y.bytes() && b < a + x.bytes();
+}
+
 // A wide row [x (in) | every slot's rank rows]: its width for a [slots, rankRows, in].
 int64_t wideWidth(const Tensor& la, int64_t in) { return in + la.dim(0) * la.dim(1); }
 
@@ -44,6 +50,8 @@ Napi::Value LoraShrink(const Napi::CallbackInfo& info) {
   bool cuda = a.oneDevice();
   const bool wide = t.rank() == 2 && w.rank() == 3 && x.rank() == 2 && t.dim(1) == wideWidth(w, x.dim(1));
   expectShrink(a, t, x, "x", w, slots, wide);
+  // The kernels read x where t is written only for a wide row made in place, which no caller asks for.
+  a.expect(!overlap(x, t), "x " + x.describe() + " and t " + t.describe() + " share memory");
   const gpu::SlotRanks sr = shrinkRanks(a, ranks, w);
   DType act = x.dtype();
   if (cuda) {
@@ -134,8 +142,9 @@ Napi::Value SiluMulShrink(const Napi::CallbackInfo& info) {
     expectSiluMul(a, out, gu);
     expectShrink(a, *t, out, "out", la, slots);
   } else {
-    a.expect(gu.dim(1) % 2 == 0 && la.rank() == 3, "gateUp " + gu.describe() + " must have an even width, a " +
-                                                       la.describe() + " be [slots, slices * rank, in]");
+    a.expectFloat(la, "a");
+    a.expect(gu.dim(1) % 2 == 0 && la.rank() == 3 && la.dim(1) > 0,
+             "gateUp " + gu.describe() + " must have an even width, a " + la.describe() + " be [slots, slices * rank, in]");
     a.expectAct(out, "out");
     a.expectShape(out, {n, wideWidth(la, inter)}, "out");
     a.expect(la.dim(2) == inter, "a " + la.describe() + " does not match gateUp " + gu.describe());

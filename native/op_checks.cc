@@ -81,7 +81,7 @@ void expectShrink(OpArgs& a, const Tensor& t, const Tensor& x, const char* xName
   a.expectRank(x, 2, xName);
   a.expectFloat(w, "a");
   a.expectRank(w, 3, "a");
-  a.expect(w.dim(2) == x.dim(1),
+  a.expect(w.dim(2) == x.dim(1) && w.dim(1) > 0,
            "a " + w.describe() + " ([slots, slices * rank, in]) does not match " + xName + " " + x.describe());
   a.expectAct(t, "t");
   a.expectShape(t, {x.dim(0), wide ? x.dim(1) + w.dim(0) * w.dim(1) : w.dim(1)}, wide ? "wide t" : "t");

@@ -100,7 +100,10 @@ export interface Binding {
    * `dstOffset`, each times `scale` (default 1) before it is rounded to dst's dtype.
    */
   readInto(dst: Tensor, dstOffset: number, path: string, fileOffset: number, srcDtype: DType, count: number, scale?: number): void;
-  /** readInto on a libuv thread, into a cpu tensor; resolves when the bytes are in place. */
+  /**
+   * readInto on a libuv thread, into a cpu tensor; resolves when the bytes are in place, and
+   * rejects (naming the file and the value) when one is NaN or ±Inf once scaled and stored.
+   */
   readIntoAsync(
     dst: Tensor, dstOffset: number, path: string, fileOffset: number, srcDtype: DType, count: number, scale?: number,
   ): Promise<void>;

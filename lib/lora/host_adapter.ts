@@ -37,6 +37,8 @@ export class HostAdapter {
   /** Reads every A and B for the pool's slots; checks PEFT's saved base copies against the served base weights. */
   static async read(adapter: Adapter, pool: SlotWeights): Promise<HostAdapter> {
     const placement = pool.placement;
+    // Taken now: the pool may be disposed while the reads run.
+    const bDtype = new Map([...pool.targets].map(([name, t]) => [name, t.bAll.dtype as FloatDType]));
     const owned: Tensor[] = [];
     const alloc = (dtype: FloatDType, shape: number[], pinned: boolean): Tensor => {
       const t = pinned && placement.device === 'cuda' ? addon.pinnedEmpty(dtype, shape) : addon.empty(dtype, shape);
@@ -45,7 +47,11 @@ export class HostAdapter {
     };
     const read = async (e: TensorEntry, dtype: FloatDType, pinned: boolean, scale = 1): Promise<Tensor> => {
       const t = alloc(dtype, [...e.shape], pinned);
-      await addon.readIntoAsync(t, 0, e.file, e.offset, DTYPE[e.dtype], e.nbytes / (e.dtype === 'F32' ? 4 : 2), scale);
+      try {
+        await addon.readIntoAsync(t, 0, e.file, e.offset, DTYPE[e.dtype], e.nbytes / (e.dtype === 'F32' ? 4 : 2), scale);
+      } catch (err) {
+        throw new AdapterError(`adapter ${adapter.name}: ${e.key}: ${(err as Error).message}`);
+      }
       return t;
     };
     const act = placement.act;
@@ -72,7 +78,7 @@ export class HostAdapter {
       const modules = await allSettled(adapter.modules.map(async (m) => ({
         module: m,
         a: m.embedding ? await transposed(m.a) : await read(m.a, act, true),
-        b: await read(m.b, pool.targets.get(m.location.engine)!.bAll.dtype as FloatDType, true, m.scale),
+        b: await read(m.b, bDtype.get(m.location.engine)!, true, m.scale),
       })));
       const kept = new Set(modules.flatMap((m) => [m.a, m.b]));
       owned.filter((t) => !kept.has(t)).forEach((t) => t.dispose());

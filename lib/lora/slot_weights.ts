@@ -112,6 +112,9 @@ function widthsOf(shapes: readonly TargetShape[], numSlots: number, rank: number
   return { lora: numSlots * Math.max(1, ...shapes.map((t) => t.slices * rank)), wide };
 }
 
+/** The dtype a widened weight had as the model loaded it, however many pools widened it since. */
+const LOADED_DTYPE = new WeakMap<Tensor, FloatDType>();
+
 export class SlotWeights {
   readonly targets = new Map<string, LoraTarget>();
   /** The widths of a step's rows it adds (poolWidths). */
@@ -121,8 +124,6 @@ export class SlotWeights {
   private readonly hostRanks: Int32Array;
   /** Per target, each slot's [rows, cols] view of a (made once: loads are frequent). */
   private readonly slotViews = new Map<LoraTarget, Tensor[]>();
-  /** The dtype of each weight it widened, as the model loaded it (narrowed back to that). */
-  private readonly narrowDtypes = new Map<string, FloatDType>();
 
   /**
    * `targets`: HF module names; a fused weight gets slots if any of its parts is a target.
@@ -142,30 +143,46 @@ export class SlotWeights {
     let at = 0;
     try {
       for (const shape of shapes) {
-        const { weight: w, embedding, slices, a, b } = shape;
-        const [rows, cols] = w.shape;
-        const offsets = w.parts.map((p) => p.rowOffset);
-        const span = this.ranks.narrow(at, numSlots * slices);
-        // An embedding's delta covers the whole hidden vector: one slice.
-        const starts = embedding ? [0, cols] : [...offsets, rows];
-        const aStack = addon.zeros(act, a, device);
-        const own = shape.beside ? undefined : addon.zeros(act, b, device);
-        const t: LoraTarget = {
-          name: w.name, embedding, sliceOffsets: offsets,
-          sliceStarts: addon.fromArray('i32', [starts.length], Int32Array.from(starts), device),
-          a: aStack, aAll: aStack.view([a[0] * a[1], a[2]]),
-          bAll: own ? own.view([b[0], b[1] * b[2]]) : this.widen(w.name, cols, wideWidth(cols, b[1] * b[2])),
-          bCol: own ? 0 : cols, bCols: b[1] * b[2], b: own,
-          ranks: span.view([numSlots, slices]),
-          hostRanks: this.hostRanks.subarray(at, at + numSlots * slices),
-        };
-        span.dispose();
-        at += numSlots * slices;
-        this.targets.set(w.name, t);
-        this.slotViews.set(t, Array.from({ length: numSlots }, (_, slot) => slice(t.a, slot)));
+        this.addTarget(shape, at);
+        at += numSlots * shape.slices;
       }
     } catch (e) {
       this.dispose();
+      throw e;
+    }
+  }
+
+  /** Makes target `shape`'s tensors (its ranks from entry `at` of the shared ranks); on a failure, frees what it made. */
+  private addTarget(shape: TargetShape, at: number): void {
+    const { act, device } = this.placement;
+    const { weight: w, embedding, slices, a, b } = shape;
+    const [rows, cols] = w.shape;
+    const offsets = w.parts.map((p) => p.rowOffset);
+    // An embedding's delta covers the whole hidden vector: one slice.
+    const starts = embedding ? [0, cols] : [...offsets, rows];
+    const made: Tensor[] = [];
+    const make = (t: Tensor) => (made.push(t), t);
+    try {
+      const aStack = make(addon.zeros(act, a, device));
+      const own = shape.beside ? undefined : make(addon.zeros(act, b, device));
+      const span = make(this.ranks.narrow(at, this.numSlots * slices));
+      const t: LoraTarget = {
+        name: w.name, embedding, sliceOffsets: offsets,
+        sliceStarts: make(addon.fromArray('i32', [starts.length], Int32Array.from(starts), device)),
+        a: aStack, aAll: make(aStack.view([a[0] * a[1], a[2]])),
+        bAll: make(own ? own.view([b[0], b[1] * b[2]]) : this.widen(w.name, cols, wideWidth(cols, b[1] * b[2]))),
+        bCol: own ? 0 : cols, bCols: b[1] * b[2], b: own,
+        ranks: make(span.view([this.numSlots, slices])),
+        hostRanks: this.hostRanks.subarray(at, at + this.numSlots * slices),
+      };
+      span.dispose();
+      const views = Array.from({ length: this.numSlots }, (_, slot) => make(slice(t.a, slot)));
+      this.targets.set(w.name, t);
+      this.slotViews.set(t, views);
+    } catch (e) {
+      const wide = made.find((t) => this.base.get(w.name) === t);
+      if (wide) this.base.set(w.name, this.narrowed(wide, cols));
+      made.forEach((t) => t.dispose());
       throw e;
     }
   }
@@ -184,7 +201,7 @@ export class SlotWeights {
     const wide = addon.zeros(dtype, [w.shape[0], width], w.device);
     addon.copyRegion(wide, w, 0, 0, 1, false, cols);
     this.base.set(name, wide);
-    this.narrowDtypes.set(name, w.dtype as FloatDType);
+    LOADED_DTYPE.set(wide, LOADED_DTYPE.get(w) ?? w.dtype as FloatDType);
     if (w.shape[1] === cols) w.dispose();
     return wide;
   }
@@ -192,9 +209,13 @@ export class SlotWeights {
   /** The model's weight `name` as [out, in]: a copy of its first columns where b sits beside it (dispose that). */
   baseWeight(name: string): Tensor {
     const w = this.base.get(name)!, t = this.targets.get(name);
-    if (!t || t.bCol === 0) return w;
-    const own = addon.empty(this.narrowDtypes.get(name) ?? w.dtype as FloatDType, [w.shape[0], t.bCol], w.device);
-    addon.copyRegion(own, w, 0, 0, 1, false, t.bCol);
+    return t && t.bCol > 0 ? this.narrowed(w, t.bCol) : w;
+  }
+
+  /** A copy of a widened weight's first `cols` columns, in the dtype the model loaded it in. */
+  private narrowed(wide: Tensor, cols: number): Tensor {
+    const own = addon.empty(LOADED_DTYPE.get(wide) ?? wide.dtype as FloatDType, [wide.shape[0], cols], wide.device);
+    addon.copyRegion(own, wide, 0, 0, 1, false, cols);
     return own;
   }
 

@@ -156,6 +156,12 @@ describeGpu('cuda lora', () => {
         addon.linear(yCpu, want, wideWeight.cpu, bias.cpu);
         expectClose(floats(yCuda), floats(yCpu), 2 * tol(act, true));
       }
+      // loraJoin (a GEMM shrink's wide row): every slot's columns in s, each row keeping its own.
+      const spread = rounded(act, rng.floats(n * NUM_SLOTS * R));
+      const joinCuda = addon.empty(act, [n, width], 'cuda'), joinCpu = addon.empty('f32', [n, width]);
+      addon.loraJoin(joinCuda, onCuda(act, [n, inF], xs), onCuda(act, [n, NUM_SLOTS * R], spread), onCuda('i32', [n], slots), NUM_SLOTS);
+      addon.loraJoin(joinCpu, onCpu([n, inF], xs), onCpu([n, NUM_SLOTS * R], spread), i32([n], cpuSlots), NUM_SLOTS);
+      expectSame(floats(joinCuda), floats(joinCpu));
       const plainCuda = addon.empty(act, [n, outF], 'cuda'), windowCuda = addon.empty(act, [n, outF], 'cuda');
       addon.linear(plainCuda, onCuda(act, [n, inF], xs), w.cuda, bias.cuda);
       addon.linear(windowCuda, onCuda(act, [n, inF], xs), wideWeight.cuda, bias.cuda);

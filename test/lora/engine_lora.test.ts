@@ -8,6 +8,9 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import type { Engine, EngineLimits } from '../../lib/engine/engine.js';
 import type { RequestOutput } from '../../lib/engine/types.js';
 import { locateModule } from '../../lib/checkpoint/locate.js';
+import { SlotWeights } from '../../lib/lora/slot_weights.js';
+import { loadModel } from '../../lib/models/index.js';
+import { FIXTURES } from '../parity/fixture.js';
 import { engine, greedy, prompts, runAll, tinyModel } from '../engine/helpers.js';
 import { writeAdapter, type ModuleSpec } from './make_adapter.js';
 
@@ -285,6 +288,13 @@ describe('refused adapters change nothing', () => {
       const s = specs(attn('q_proj'), 2);
       return (await writeAdapter([...s, { ...s[0], path: s[0].path.replace(/^model\./, '') }], { r: 2, lora_alpha: 2, target_modules: ['q_proj'] })).dir;
     }, /names module model\.layers\.0\.self_attn\.q_proj again/],
+    // A NaN would reach every row of a step (each row's GEMM multiplies every slot's b, by zeros for others').
+    ['a NaN in lora_B', async () => (await writeAdapter(specs(attn('q_proj'), 2), { r: 2, lora_alpha: 2, target_modules: ['q_proj'] }, 7, [],
+      (m) => { m[0].b[3] = NaN; })).dir,
+    /adapter bad: base_model\.model\.model\.layers\.0\.self_attn\.q_proj\.lora_B\.weight: .*value 3 of the \d+ read at byte \d+ is not finite/],
+    ['a lora_A that overflows f32', async () => (await writeAdapter(specs(attn('q_proj'), 2), { r: 2, lora_alpha: 2, target_modules: ['q_proj'] }, 7, [],
+      (m) => { m[0].a[0] = Infinity; })).dir,
+    /lora_A\.weight: .*value 0 of the \d+ read at byte \d+ is not finite/],
     ['a saved lm_head copy of integers', async () => {
       const c = tinyModel().config;
       return (await writeAdapter(specs(attn('q_proj'), 2), { r: 2, lora_alpha: 2, target_modules: ['q_proj'], modules_to_save: ['lm_head'] }, 1, [
@@ -315,6 +325,29 @@ describe('targeting, as PEFT loads an adapter', () => {
     const c = tinyModel().config;
     const adapter = readAdapter('x', dir, c, { maxRank: 8, targets: new Set(TARGETS) });
     expect(adapter.modules.map((m) => m.hf)).toEqual(['model.layers.1.self_attn.q_proj']);
+  });
+});
+
+describe('widened weights', () => {
+  it('a second pool on the model, and both disposed: the weights are back as loaded, dtype and values', () => {
+    const model = loadModel(`${FIXTURES}/models/tiny-qwen3`);  // its own: engines of other tests widen the shared one
+    const name = 'layers.0.qkv', loaded = model.weights.get(name)!;
+    const [dtype, shape, values] = [loaded.dtype, loaded.shape, loaded.toArray()];
+    const pools = [1, 2].map(() => new SlotWeights(model.config, 3, 8, new Set(TARGETS), model.weights, model.placement));
+    expect(model.weights.get(name)!.dtype).toBe('f32');  // the CPU computes in f32: widened exactly
+    for (const p of pools) p.dispose();
+    const back = model.weights.get(name)!;
+    expect([back.dtype, back.shape]).toEqual([dtype, shape]);
+    expect(back.toArray()).toEqual(values);
+    model.dispose();
+  });
+
+  it('an adapter read while its engine closes ends without a stray TypeError', async () => {
+    const e = await withAdapters(engine(lora(1)));
+    const { dir } = await writeAdapter(specs(attn('q_proj'), 2), { r: 2, lora_alpha: 2, target_modules: ['q_proj'] });
+    const loading = e.loadAdapter('late', dir);
+    e.close();
+    await loading.catch((err: Error) => expect(err).not.toBeInstanceOf(TypeError));
   });
 });
 

@@ -27,8 +27,10 @@ function rng(seed: number): () => number {
   };
 }
 
+/** `edit`: changes the random values before they are written (a bad value for a test). */
 export async function writeAdapter(
   modules: ModuleSpec[], config: Record<string, unknown>, seed = 7, extra: TensorToWrite[] = [],
+  edit?: (made: RandomModule[]) => void,
 ): Promise<{ dir: string; modules: RandomModule[] }> {
   const dir = mkdtempSync(join(tmpdir(), 'mstar-lora-'));
   const r = rng(seed);
@@ -37,6 +39,7 @@ export async function writeAdapter(
     a: Float32Array.from({ length: m.rank * m.in }, () => r() * 0.6),
     b: Float32Array.from({ length: m.out * m.rank }, () => r() * 0.6),
   }));
+  edit?.(made);
   const tensors: TensorToWrite[] = made.flatMap((m) => {
     const [an, bn] = m.embedding ? ['lora_embedding_A', 'lora_embedding_B'] : ['lora_A.weight', 'lora_B.weight'];
     return [

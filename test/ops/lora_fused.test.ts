@@ -141,6 +141,12 @@ describe('wide rows: [x | every slot\'s shrink]', () => {
       new RegExp(`^rmsNormShrink: wide t must be \\[${n}, ${width}\\]`));
     expectOpError(() => addon.siluMulShrink(out, f32([n, 2 * dim], d.gateUp), null, a, i32([n], slots)),
       new RegExp(`^siluMulShrink: out must be \\[${n}, ${width}\\]`));
+    expectOpError(() => addon.siluMulShrink(addon.zeros('f32', [n, width]), f32([n, 2 * dim], d.gateUp), null, i32([numSlots, R, dim], new Int32Array(numSlots * R * dim)), i32([n], slots)),
+      /^siluMulShrink: a must be/);
+    // x inside the wide row it would be copied into: the kernels would read what they write.
+    const buf = addon.zeros('f32', [n * width]), xIn = buf.narrow(0, n * dim).view([n, dim]), tIn = buf.view([n, width]);
+    expectOpError(() => addon.loraShrink(tIn, xIn, a, i32([n], slots)), /^loraShrink: x f32\[5, 12\] and t f32\[5, 48\] share memory/);
+    expect(floats(buf).every((v) => v === 0)).toBe(true);
     expect(floats(out).every((v) => v === 0)).toBe(true);
     const y = addon.zeros('f32', [n, outF]);
     expectOpError(() => addon.linear(y, f32([n, dim], d.x), f32([outF, dim + 2], new Float32Array(outF * (dim + 2))), null, false, 3),
