@@ -147,7 +147,8 @@ constexpr int kBM = 64, kBN = 64, kBK = 16;
 
 template <typename T, typename W>
 __global__ __launch_bounds__(256) void gemmKernel(T* out, const T* x, const W* w, int64_t ldw, const void* bias,
-                                                  DType biasType, int64_t n, int64_t in, int64_t outF, bool accumulate) {
+                                                  DType biasType, int64_t n, int64_t in, int64_t outF,
+                                                  bool accumulate) {
   awaitPrior();
   __shared__ float xs[kBK][kBM + 4];
   __shared__ float ws[kBK][kBN + 4];

@@ -51,8 +51,8 @@ __global__ void addRmsNormKernel(T* residual, const T* x, const W* w, T* out, in
 // (storeAndShrinkRow: staged, or by block).
 template <typename T, typename W, typename A>
 __global__ void rmsNormShrinkKernel(T* __restrict__ out, int64_t ldo, const T* __restrict__ x, const W* w, int64_t dim,
-                                    float eps, RankOut<T> t, const A* a, int64_t numSlots, const int32_t* slotOfRow, int64_t rankRows,
-                                    bool vec, bool staged, bool vecRow, int rb, SlotRanks sr) {
+                                    float eps, RankOut<T> t, const A* a, int64_t numSlots, const int32_t* slotOfRow,
+                                    int64_t rankRows, bool vec, bool staged, bool vecRow, int rb, SlotRanks sr) {
   __shared__ float partial[32];
   awaitPrior();
   const int64_t row = blockIdx.x;

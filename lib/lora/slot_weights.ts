@@ -1,8 +1,8 @@
 // The pool's device-side storage: for every LoRA target weight, A and B stacked over slots.
 // A is [slots, slices * R, in]; viewed 2-D, [slots * slices * R, in]. B of a projection lives
-// beside its W: the model's weight [out, in] is widened to [out, in + slots * slices * R] and
-// b[o, slot] (o's slice's R entries at that slice's place, zeros at the other slices') sits in
-// columns in + slot * slices * R. A step makes each projection's input a wide row [x | t
+// beside its W: the model's weight [out, in] is widened to [out, in + slots * slices * R] (and
+// padded, see wideWidth), and b[o, slot] (o's slice's R entries at that slice's place, zeros at
+// the other slices') sits in columns in + slot * slices * R. A step makes each projection's input a wide row [x | t
 // spread over every slot, zeros but the row's own], and one GEMM by the whole widened weight is
 // the projection plus its adapter, summed in f32 and rounded once: no expand launch. At decode
 // sizes the shrink is made where x is made (norm, SiLU·mul); a prefill-sized step shrinks by
@@ -127,8 +127,8 @@ export class SlotWeights {
 
   /**
    * `targets`: HF module names; a fused weight gets slots if any of its parts is a target.
-   * `weights`: the model's; the pool widens each projection it adapts there (b beside W) for
-   * as long as it lives, and narrows them back when disposed.
+   * `base`: the model's weights; the pool widens each projection it adapts there (b beside W)
+   * for as long as it lives, and narrows them back when disposed.
    */
   constructor(
     readonly config: ModelConfig, readonly numSlots: number, readonly rank: number, targets: ReadonlySet<string>,

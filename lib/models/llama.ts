@@ -20,10 +20,10 @@ export class LlamaModel {
   lora?: SlotWeights;
   /**
    * From this many rows (prefill-sized steps; a captured decode step of that many rows too:
-   * the path does not depend on the mix) the adapters shrink and expand by GEMMs over every
-   * slot at once instead of the per-row kernels, made for decode's few rows, which spent
-   * 100-200 µs an op at 4096 rows of Qwen3-0.6B (the engine sets it from
-   * MSTAR_LORA_GEMM_ROWS; tests move it to compare the two).
+   * the path does not depend on the mix) the adapters shrink by one GEMM over every slot's
+   * A instead of the per-row kernels, made for decode's few rows, which spent 100-200 µs an
+   * op at 4096 rows of Qwen3-0.6B (the engine sets it from MSTAR_LORA_GEMM_ROWS; tests move
+   * it to compare the two). Either way the expand is part of the projection's GEMM.
    */
   loraGemmRows = 256;
 
