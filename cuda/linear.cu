@@ -81,18 +81,23 @@ template <typename T, typename W, int NR, bool VEC>
 __global__ __launch_bounds__(kGemvWarps * 32) void gemvKernel(T* out, const T* x, const W* w, const void* bias,
                                                                DType biasType, int n, int64_t in, int64_t ldw,
                                                                int64_t outF, LoraExpandArgs lora, bool accumulate,
-                                                               unsigned prefetchBlocks) {
+                                                               unsigned prefetchBlocks, WideRows wide) {
   int64_t o = blockIdx.x * int64_t(kGemvWarps) + threadIdx.x / 32;
   int lane = threadIdx.x % 32;
   const W* wr = w + o * ldw;
+  // A wide row: the loop below takes its first columns; each row's own slot's after.
+  const int64_t main = wide.slotOfRow ? wide.in : in;
   // While the kernel before this one finishes (a dependent launch), the warp's weight row
   // heads for L2 (no op of a step writes weights), so that the loop below reads it from
   // there. Only the first prefetchBlocks blocks: more would evict one another unread.
   if (blockIdx.x < prefetchBlocks && o < outF)
-    for (int64_t byte = lane * 128; byte < in * int64_t(sizeof(W)); byte += 32 * 128)
+    for (int64_t byte = lane * 128; byte < main * int64_t(sizeof(W)); byte += 32 * 128)
       prefetchL2(reinterpret_cast<const char*>(wr) + byte);
   awaitPrior();
   if (o >= outF) return;
+  int32_t slot[NR];  // loaded before the weights stream: read after them, it would be a round trip more
+#pragma unroll
+  for (int r = 0; r < NR; ++r) slot[r] = wide.slotOfRow && r < n ? wide.slotOfRow[r] : 0;
   // What out holds already is read first, so its latency hides behind the weight loads.
   float before = accumulate && lane < n ? toF(out[lane * outF + o]) : 0.0f;
   // One row (decode at c=1) loads its expand terms before the weights stream; for more
@@ -105,7 +110,7 @@ __global__ __launch_bounds__(kGemvWarps * 32) void gemvKernel(T* out, const T* x
   if constexpr (VEC) {
     // Several weight loads in flight per lane.
 #pragma unroll 4
-    for (int64_t i = int64_t(lane) * 8; i < in; i += 32 * 8) {
+    for (int64_t i = int64_t(lane) * 8; i < main; i += 32 * 8) {
       float wv[8];
       loadVec<W, 8>(wv, wr + i);
 #pragma unroll
@@ -119,12 +124,19 @@ __global__ __launch_bounds__(kGemvWarps * 32) void gemvKernel(T* out, const T* x
       }
     }
   } else {
-    for (int64_t i = lane; i < in; i += 32) {
+    for (int64_t i = lane; i < main; i += 32) {
       float wv = toF(wr[i]);
 #pragma unroll
       for (int r = 0; r < NR; ++r)
         if (r < n) acc[r] += wv * toF(x[r * in + i]);
     }
+  }
+  // Each row's own slot's columns of a wide row (the others' are zeros: skipped, not read).
+#pragma unroll
+  for (int r = 0; r < NR; ++r) {
+    if (slot[r] <= 0 || slot[r] >= wide.numSlots) continue;
+    const int64_t c0 = wide.in + int64_t(slot[r]) * wide.slotCols;
+    for (int64_t k = lane; k < wide.slotCols; k += 32) acc[r] += toF(wr[c0 + k]) * toF(x[r * in + c0 + k]);
   }
   if (lora.t) {
     if (NR > 1) expand.load(lora, o, n, outF, lane);
@@ -208,20 +220,21 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 template <typename T, typename W, int NR>
 void launchGemv(T* out, const T* x, const W* w, int64_t ldw, const Weights* bias, int64_t n, int64_t in, int64_t outF,
-                const LoraExpandArgs& lora, bool accumulate) {
+                const LoraExpandArgs& lora, bool accumulate, const WideRows& wide) {
   const unsigned grid = blocksFor(outF, kGemvWarps);
   const int64_t blockBytes = kGemvWarps * in * int64_t(sizeof(W));
   const unsigned prefetch = blockBytes ? unsigned(std::min<int64_t>(grid, kPrefetchBytes / blockBytes)) : 0;
   const void* b = bias ? bias->data : nullptr;
   DType bt = bias ? bias->dtype : DType::F32;
-  const bool vec = in % 8 == 0 && ldw % 8 == 0 && aligned16(x) && aligned16(w);
+  const bool vec = in % 8 == 0 && ldw % 8 == 0 && (wide.slotOfRow ? wide.in : in) % 8 == 0 && aligned16(x) &&
+                   aligned16(w);
   launch("linear GEMV kernel", vec ? gemvKernel<T, W, NR, true> : gemvKernel<T, W, NR, false>, grid, kGemvWarps * 32,
-      0, out, x, w, b, bt, int(n), in, ldw, outF, lora, accumulate, prefetch);
+      0, out, x, w, b, bt, int(n), in, ldw, outF, lora, accumulate, prefetch, wide);
 }
 
 // n <= kMaxGemvRows rows; lora.t null: no LoRA.
 void gemv(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
-          const LoraExpandArgs& lora, bool accumulate) {
+          const LoraExpandArgs& lora, bool accumulate, const WideRows& wide = {}) {
   withAct(act, [&](auto t) {
     withFloat(w.dtype, [&](auto wt) {
       using T = decltype(t);
@@ -230,8 +243,8 @@ void gemv(DType act, void* out, const void* x, Weights w, const Weights* bias, i
       const T* xp = static_cast<const T*>(x);
       const W* wp = static_cast<const W*>(w.data);
       const int64_t ldw = w.ld ? w.ld : in;
-      if (n == 1) launchGemv<T, W, 1>(o, xp, wp, ldw, bias, n, in, outF, lora, accumulate);
-      else launchGemv<T, W, kMaxGemvRows>(o, xp, wp, ldw, bias, n, in, outF, lora, accumulate);
+      if (n == 1) launchGemv<T, W, 1>(o, xp, wp, ldw, bias, n, in, outF, lora, accumulate, wide);
+      else launchGemv<T, W, kMaxGemvRows>(o, xp, wp, ldw, bias, n, in, outF, lora, accumulate, wide);
     });
   });
 }
@@ -239,9 +252,9 @@ void gemv(DType act, void* out, const void* x, Weights w, const Weights* bias, i
 }  // namespace
 
 void linear(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
-            bool accumulate) {
+            bool accumulate, const WideRows& wide) {
   if (n == 0 || outF == 0) return;
-  if (n <= kMaxGemvRows) return gemv(act, out, x, w, bias, n, in, outF, LoraExpandArgs{}, accumulate);
+  if (n <= kMaxGemvRows) return gemv(act, out, x, w, bias, n, in, outF, LoraExpandArgs{}, accumulate, wide);
   if (act == DType::BF16 && w.dtype == DType::BF16 && in > 0) {
     // Accumulating without a bias, cuBLASLt adds to out itself (beta = 1): one kernel, no
     // scratch pass over [n, outF] (a residual stream taking o or down, an adapter's expand).

@@ -38,9 +38,16 @@ void embedding(DType act, void* out, Weights table, int64_t tableRows, const int
 void rmsNorm(DType act, void* out, const void* x, Weights w, int64_t rows, int64_t dim, float eps, int64_t ldo = 0);
 void addRmsNorm(DType act, void* residual, const void* x, Weights w, void* out, int64_t rows, int64_t dim, float eps);
 void headRmsNorm(DType act, void* qkv, Weights qw, Weights kw, int64_t n, HeadLayout l, float eps);
+// A wide row's layout (see loraShrink): its first `in` columns, then slotCols columns for each of
+// numSlots slots, a row's columns outside its own slot's all zero; so the decode GEMV reads only
+// its rows' slots' (a pool's other slots' b costs nothing at c <= 4). slotOfRow null: no layout.
+struct WideRows {
+  const int32_t* slotOfRow = nullptr;
+  int64_t in = 0, slotCols = 0, numSlots = 0;
+};
 // accumulate: out += x · wᵀ (+ bias), one rounding (how the residual stream takes a projection).
 void linear(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
-            bool accumulate = false);
+            bool accumulate = false, const WideRows& wide = {});
 void rope(DType act, void* qkv, const int32_t* positions, const float* invFreq, int64_t n, HeadLayout l, int half);
 void siluMul(DType act, void* out, const void* gateUp, int64_t n, int64_t inter, int64_t ldo = 0);
 void add(DType act, void* out, const void* a, const void* b, int64_t n);

@@ -56,7 +56,9 @@ void embedding(DType, void*, Weights, int64_t, const int32_t*, int64_t, int64_t)
 void rmsNorm(DType, void*, const void*, Weights, int64_t, int64_t, float, int64_t) { none(); }
 void addRmsNorm(DType, void*, const void*, Weights, void*, int64_t, int64_t, float) { none(); }
 void headRmsNorm(DType, void*, Weights, Weights, int64_t, HeadLayout, float) { none(); }
-void linear(DType, void*, const void*, Weights, const Weights*, int64_t, int64_t, int64_t, bool) { none(); }
+void linear(DType, void*, const void*, Weights, const Weights*, int64_t, int64_t, int64_t, bool, const WideRows&) {
+  none();
+}
 void rope(DType, void*, const int32_t*, const float*, int64_t, HeadLayout, int) { none(); }
 void siluMul(DType, void*, const void*, int64_t, int64_t, int64_t) { none(); }
 void add(DType, void*, const void*, const void*, int64_t) { none(); }

@@ -165,6 +165,37 @@ Napi::Value Linear(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// linearWide(out, x, w, bias, accumulate, slotOfRow, in, slots): linear of a wide row x (see
+// loraShrink): its first `in` columns, then `slots` blocks of equal width, each row's nonzero
+// only in its own slot's. The same result as linear; the decode GEMV reads only the rows'
+// own slots' columns of w.
+Napi::Value LinearWide(const Napi::CallbackInfo& info) {
+  OpArgs a(info, "linearWide");
+  Tensor &out = a.tensor(0, "out"), &x = a.tensor(1, "x"), &w = a.tensor(2, "w");
+  Tensor* bias = a.optionalTensor(3, "bias");
+  const bool accumulate = a.flag(4);
+  Tensor& slots = a.tensor(5, "slotOfRow");
+  const int64_t in = a.integer(6, "in", 1);
+  const int numSlots = a.integer(7, "slots", 1);
+  bool cuda = a.oneDevice();
+  cpu::Weights b{};
+  DType act = expectLinear(a, out, x, w, bias, &b);
+  a.expect(in <= x.dim(1) && (x.dim(1) - in) % numSlots == 0,
+           "x " + x.describe() + " must be " + std::to_string(in) + " columns, then " + std::to_string(numSlots) +
+               " slots' columns of one width");
+  expectSlotOfRow(a, slots, x.dim(0), numSlots);
+  const cpu::Weights weights = linearWeights(a, w);
+  if (cuda) {
+    const gpu::WideRows wide{slots.ptr<int32_t>(), in, (x.dim(1) - in) / numSlots, numSlots};
+    a.run([&] {
+      gpu::linear(act, out.data(), x.data(), weights, bias ? &b : nullptr, x.dim(0), x.dim(1), w.dim(0), accumulate, wide);
+    });
+  } else {
+    cpu::linear(out.ptr<float>(), x.ptr<float>(), weights, bias ? &b : nullptr, x.dim(0), x.dim(1), w.dim(0), accumulate);
+  }
+  return info.Env().Undefined();
+}
+
 Napi::Value Rope(const Napi::CallbackInfo& info) {
   OpArgs a(info, "rope");
   Tensor &qkv = a.tensor(0, "qkv"), &pos = a.tensor(1, "positions"), &inv = a.tensor(2, "invFreq");
@@ -403,6 +434,7 @@ void RegisterOps(Napi::Env env, Napi::Object exports) {
   exports["addRmsNorm"] = Napi::Function::New<AddRmsNorm>(env, "addRmsNorm");
   exports["headRmsNorm"] = Napi::Function::New<HeadRmsNorm>(env, "headRmsNorm");
   exports["linear"] = Napi::Function::New<Linear>(env, "linear");
+  exports["linearWide"] = Napi::Function::New<LinearWide>(env, "linearWide");
   exports["rope"] = Napi::Function::New<Rope>(env, "rope");
   exports["siluMul"] = Napi::Function::New<SiluMul>(env, "siluMul");
   exports["add"] = Napi::Function::New<Add>(env, "add");

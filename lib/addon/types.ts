@@ -150,6 +150,14 @@ export interface Binding {
    * projection's weight with every adapter slot's b beside W, see lib/lora/slot_weights.ts).
    */
   linear(out: Tensor, x: Tensor, w: Tensor, bias: Tensor | null, accumulate?: boolean, wCol?: number): void;
+  /**
+   * linear of a wide row x (see loraShrink): its first `in` columns, then `slots` blocks of one
+   * width, each row's zero outside its own slot's (slotOfRow: i32 [n]). The same result; the
+   * decode GEMV (up to 4 rows) reads only its rows' own slots' columns of w.
+   */
+  linearWide(
+    out: Tensor, x: Tensor, w: Tensor, bias: Tensor | null, accumulate: boolean, slotOfRow: Tensor, inCols: number, slots: number,
+  ): void;
   /** In place on q and k heads; rotates the first 2 * invFreq.length dims of each head. */
   rope(qkv: Tensor, positions: Tensor, invFreq: Tensor, numHeads: number, numKvHeads: number, headDim: number): void;
   siluMul(out: Tensor, gateUp: Tensor): void;

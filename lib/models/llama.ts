@@ -121,8 +121,12 @@ export class LlamaModel {
       const slots = o.slots ?? lora?.plan.rowSlots;
       const w = this.w(name);
       const made = !!t && t.bCol > 0 && input.shape[1] === t.bCol + t.bCols;
-      if (!t || !slots || made) {
+      if (!t || !slots) {
         addon.linear(out, input, w, this.bias(name), o.accumulate);
+        return;
+      }
+      if (made) {
+        addon.linearWide(out, input, w, this.bias(name), !!o.accumulate, slots, t.bCol, numSlots);
         return;
       }
       const rows = input.shape[0];
@@ -142,7 +146,7 @@ export class LlamaModel {
       } else {
         addon.loraShrink(xt, input, t.a, slots, t.ranks);
       }
-      addon.linear(out, xt, w, this.bias(name), o.accumulate);
+      addon.linearWide(out, xt, w, this.bias(name), !!o.accumulate, slots, t.bCol, numSlots);
       xt.dispose();
     };
     /** project, the wide row (if one was made) given back to its buffer after. */

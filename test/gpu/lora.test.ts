@@ -155,6 +155,10 @@ describeGpu('cuda lora', () => {
         addon.linear(yCuda, got, wideWeight.cuda, bias.cuda);
         addon.linear(yCpu, want, wideWeight.cpu, bias.cpu);
         expectClose(floats(yCuda), floats(yCpu), 2 * tol(act, true));
+        // linearWide: up to 4 rows the GEMV reads only each row's own slot's columns of b.
+        const yWide = addon.empty(act, [n, outF], 'cuda');
+        addon.linearWide(yWide, got, wideWeight.cuda, bias.cuda, false, onCuda('i32', [n], slots), inF, NUM_SLOTS);
+        expectClose(floats(yWide), floats(yCpu), 2 * tol(act, true));
       }
       // loraJoin (a GEMM shrink's wide row): every slot's columns in s, each row keeping its own.
       const spread = rounded(act, rng.floats(n * NUM_SLOTS * R));

@@ -117,6 +117,9 @@ describe('wide rows: [x | every slot\'s shrink]', () => {
     addon.loraShrink(wide, f32([n, dim], d.x), f32([numSlots, R, dim], d.a), i32([n], slots));
     addon.linear(got, wide, f32([outF, width], wideW), f32([outF], d.bias));
     expectClose(floats(got), floats(want), 1e-5);
+    const byWide = addon.empty('f32', [n, outF]);
+    addon.linearWide(byWide, wide, f32([outF, width], wideW), f32([outF], d.bias), false, i32([n], slots), dim, numSlots);
+    expectSame(floats(byWide), floats(got));
     // The base projection reads only W's columns of the wide weight; the expand alone only b's.
     const base = addon.empty('f32', [n, outF]), plain = addon.empty('f32', [n, outF]);
     addon.linear(base, f32([n, dim], d.x), f32([outF, width], wideW), null);
@@ -151,6 +154,11 @@ describe('wide rows: [x | every slot\'s shrink]', () => {
     const y = addon.zeros('f32', [n, outF]);
     expectOpError(() => addon.linear(y, f32([n, dim], d.x), f32([outF, dim + 2], new Float32Array(outF * (dim + 2))), null, false, 3),
       /^linear: w is f32\[14, 14\] \(\[out, in\]\) but x f32\[5, 12\] has 12 columns from column 3/);
+    expect(floats(y).every((v) => v === 0)).toBe(true);
+    expectOpError(() => addon.linearWide(y, f32([n, width], new Float32Array(n * width)), f32([outF, width], new Float32Array(outF * width)), null, false, i32([n], slots), dim + 1, numSlots),
+      /^linearWide: x f32\[5, 48\] must be 13 columns, then 4 slots' columns of one width/);
+    expectOpError(() => addon.linearWide(y, f32([n, width], new Float32Array(n * width)), f32([outF, width], new Float32Array(outF * width)), null, false, i32([n], [0, 1, 4, 0, 0]), dim, numSlots),
+      /^linearWide: slotOfRow\[2\] = 4 is not one of the 4 slots/);
     expect(floats(y).every((v) => v === 0)).toBe(true);
   });
 
