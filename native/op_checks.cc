@@ -1,5 +1,6 @@
 #include "op_checks.h"
 
+#include <algorithm>
 #include <string>
 
 namespace mstar {
@@ -45,9 +46,9 @@ DType expectLinear(OpArgs& a, const Tensor& out, const Tensor& x, const Tensor& 
   a.expectRank(x, 2, "x");
   a.expectFloat(w, "w");
   a.expectRank(w, 2, "w");
-  a.expect(wCol >= 0 && wCol + x.dim(1) <= w.dim(1),
+  a.expect(wCol < 0 ? x.dim(1) == w.dim(1) : wCol + x.dim(1) <= w.dim(1),
            "w is " + w.describe() + " ([out, in]) but x " + x.describe() + " has " + std::to_string(x.dim(1)) +
-               " columns" + (wCol ? " from column " + std::to_string(wCol) : std::string()));
+               " columns" + (wCol >= 0 ? " from column " + std::to_string(wCol) : std::string()));
   a.expectAct(out, "out");
   a.expectShape(out, {x.dim(0), w.dim(0)}, "out");
   if (bias) {
@@ -60,7 +61,7 @@ DType expectLinear(OpArgs& a, const Tensor& out, const Tensor& x, const Tensor& 
 
 cpu::Weights linearWeights(const OpArgs& a, const Tensor& w, int64_t wCol) {
   cpu::Weights v = a.weights(w);
-  v.data = static_cast<const char*>(v.data) + wCol * int64_t(dtypeSize(w.dtype()));
+  v.data = static_cast<const char*>(v.data) + std::max<int64_t>(wCol, 0) * int64_t(dtypeSize(w.dtype()));
   v.ld = w.dim(1);
   return v;
 }

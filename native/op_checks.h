@@ -15,12 +15,13 @@ DType expectSiluMul(OpArgs& a, const Tensor& out, const Tensor& gateUp);
 // residual, x and out [rows, dim] activations; w [dim]. Returns the activation dtype.
 DType expectAddRmsNorm(OpArgs& a, const Tensor& res, const Tensor& x, const Tensor& w, const Tensor& out);
 
-// out [n, outF] = x [n, in] · w [outF, wCol .. wCol + in]ᵀ (+ bias [outF]): w may be wider than
-// x (a projection's weight with every adapter slot's b beside it). Returns the activation
-// dtype; *bias is the bias operand or stays empty.
+// out [n, outF] = x [n, in] · w [outF, wCol .. wCol + in]ᵀ (+ bias [outF]). With a window
+// (wCol >= 0) w may be wider than x (a projection's weight with every adapter slot's b beside
+// it); without (wCol < 0) x must be as wide as w. Returns the activation dtype; *bias is the
+// bias operand or stays empty.
 DType expectLinear(OpArgs& a, const Tensor& out, const Tensor& x, const Tensor& w, const Tensor* bias,
-                   cpu::Weights* biasWeights, int64_t wCol = 0);
-// w's columns from wCol as a linear's weight operand (rows w.dim(1) apart).
+                   cpu::Weights* biasWeights, int64_t wCol = -1);
+// w's columns from wCol (< 0: from 0) as a linear's weight operand (rows w.dim(1) apart).
 cpu::Weights linearWeights(const OpArgs& a, const Tensor& w, int64_t wCol = 0);
 
 // slotOfRow: i32 [rows]; on the CPU each entry must be one of numSlots.

@@ -150,7 +150,7 @@ Napi::Value Linear(const Napi::CallbackInfo& info) {
   Tensor &out = a.tensor(0, "out"), &x = a.tensor(1, "x"), &w = a.tensor(2, "w");
   Tensor* bias = a.optionalTensor(3, "bias");
   const bool accumulate = a.flag(4);
-  const int64_t wCol = info.Length() > 5 && !info[5].IsUndefined() ? a.integer(5, "wCol") : 0;
+  const int64_t wCol = info.Length() > 5 && !info[5].IsUndefined() ? a.integer(5, "wCol") : -1;
   bool cuda = a.oneDevice();
   cpu::Weights b{};
   DType act = expectLinear(a, out, x, w, bias, &b, wCol);
@@ -179,7 +179,7 @@ Napi::Value LinearWide(const Napi::CallbackInfo& info) {
   const int numSlots = a.integer(7, "slots", 1);
   bool cuda = a.oneDevice();
   cpu::Weights b{};
-  DType act = expectLinear(a, out, x, w, bias, &b);
+  DType act = expectLinear(a, out, x, w, bias, &b, 0);  // the widened weight's rows may be padded past x
   a.expect(in <= x.dim(1) && (x.dim(1) - in) % numSlots == 0,
            "x " + x.describe() + " must be " + std::to_string(in) + " columns, then " + std::to_string(numSlots) +
                " slots' columns of one width");

@@ -146,8 +146,9 @@ export interface Binding {
   headRmsNorm(qkv: Tensor, qWeight: Tensor, kWeight: Tensor, numHeads: number, numKvHeads: number, headDim: number, eps: number): void;
   /**
    * out = x · wᵀ (+ bias); accumulate: out += that, rounded once (a residual stream taking a
-   * projection). w may be wider than x: x [n, in] meets w's columns [wCol, wCol + in) (a
-   * projection's weight with every adapter slot's b beside W, see lib/lora/slot_weights.ts).
+   * projection). Given wCol, w may be wider than x: x [n, in] meets w's columns [wCol, wCol + in)
+   * (a projection's weight with every adapter slot's b beside W, see lib/lora/slot_weights.ts);
+   * without it, x must be as wide as w.
    */
   linear(out: Tensor, x: Tensor, w: Tensor, bias: Tensor | null, accumulate?: boolean, wCol?: number): void;
   /**

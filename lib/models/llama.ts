@@ -122,7 +122,7 @@ export class LlamaModel {
       const w = this.w(name);
       const made = !!t && t.bCol > 0 && input.shape[1] === t.bCol + t.bCols;
       if (!t || !slots) {
-        addon.linear(out, input, w, this.bias(name), o.accumulate);
+        addon.linear(out, input, w, this.bias(name), o.accumulate, 0);  // W's own columns, if a pool widened it
         return;
       }
       if (made) {

@@ -168,7 +168,7 @@ describeGpu('cuda lora', () => {
       expectSame(floats(joinCuda), floats(joinCpu));
       const plainCuda = addon.empty(act, [n, outF], 'cuda'), windowCuda = addon.empty(act, [n, outF], 'cuda');
       addon.linear(plainCuda, onCuda(act, [n, inF], xs), w.cuda, bias.cuda);
-      addon.linear(windowCuda, onCuda(act, [n, inF], xs), wideWeight.cuda, bias.cuda);
+      addon.linear(windowCuda, onCuda(act, [n, inF], xs), wideWeight.cuda, bias.cuda, false, 0);
       expectSame(floats(windowCuda), floats(plainCuda));
 
       // linearExpand from the same x and t on both devices, onto the same base output.

@@ -122,7 +122,7 @@ describe('wide rows: [x | every slot\'s shrink]', () => {
     expectSame(floats(byWide), floats(got));
     // The base projection reads only W's columns of the wide weight; the expand alone only b's.
     const base = addon.empty('f32', [n, outF]), plain = addon.empty('f32', [n, outF]);
-    addon.linear(base, f32([n, dim], d.x), f32([outF, width], wideW), null);
+    addon.linear(base, f32([n, dim], d.x), f32([outF, width], wideW), null, false, 0);
     addon.linear(plain, f32([n, dim], d.x), f32([outF, dim], d.lw), null);
     expectSame(floats(base), floats(plain));
     const spread = addon.empty('f32', [n, numSlots * R]);
@@ -152,6 +152,8 @@ describe('wide rows: [x | every slot\'s shrink]', () => {
     expect(floats(buf).every((v) => v === 0)).toBe(true);
     expect(floats(out).every((v) => v === 0)).toBe(true);
     const y = addon.zeros('f32', [n, outF]);
+    expectOpError(() => addon.linear(y, f32([n, dim], d.x), f32([outF, dim + 2], new Float32Array(outF * (dim + 2))), null),
+      /^linear: w is f32\[14, 14\] \(\[out, in\]\) but x f32\[5, 12\] has 12 columns$/);  // a wider w needs a window
     expectOpError(() => addon.linear(y, f32([n, dim], d.x), f32([outF, dim + 2], new Float32Array(outF * (dim + 2))), null, false, 3),
       /^linear: w is f32\[14, 14\] \(\[out, in\]\) but x f32\[5, 12\] has 12 columns from column 3/);
     expect(floats(y).every((v) => v === 0)).toBe(true);
