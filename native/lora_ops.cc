@@ -28,9 +28,6 @@ bool overlap(const Tensor& x, const Tensor& y) {
   return a < b + y.bytes() && b < a + x.bytes();
 }
 
-// A wide row [x (in) | every slot's rank rows]: its width for a [slots, rankRows, in].
-int64_t wideWidth(const Tensor& la, int64_t in) { return in + la.dim(0) * la.dim(1); }
-
 // The shrink of x's rows on the CPU into t: narrow, or (wide) joined with x (cpu::joinWide).
 void cpuShrink(const OpArgs& a, float* t, bool wide, const float* x, const Tensor& la, const Tensor& slots, int64_t n,
                int64_t in, const gpu::SlotRanks& sr) {

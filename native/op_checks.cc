@@ -66,6 +66,8 @@ cpu::Weights linearWeights(const OpArgs& a, const Tensor& w, int64_t wCol) {
   return v;
 }
 
+int64_t wideWidth(const Tensor& a, int64_t in) { return in + a.dim(0) * a.dim(1); }
+
 void expectSlotOfRow(const OpArgs& a, const Tensor& slots, int64_t rows, int64_t numSlots) {
   a.expectDType(slots, DType::I32, "slotOfRow");
   a.expectShape(slots, {rows}, "slotOfRow");
@@ -85,7 +87,7 @@ void expectShrink(OpArgs& a, const Tensor& t, const Tensor& x, const char* xName
   a.expect(w.dim(2) == x.dim(1) && w.dim(1) > 0,
            "a " + w.describe() + " ([slots, slices * rank, in]) does not match " + xName + " " + x.describe());
   a.expectAct(t, "t");
-  a.expectShape(t, {x.dim(0), wide ? x.dim(1) + w.dim(0) * w.dim(1) : w.dim(1)}, wide ? "wide t" : "t");
+  a.expectShape(t, {x.dim(0), wide ? wideWidth(w, x.dim(1)) : w.dim(1)}, wide ? "wide t" : "t");
   expectSlotOfRow(a, slots, x.dim(0), w.dim(0));
 }
 

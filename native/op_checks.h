@@ -27,6 +27,8 @@ cpu::Weights linearWeights(const OpArgs& a, const Tensor& w, int64_t wCol = 0);
 // slotOfRow: i32 [rows]; on the CPU each entry must be one of numSlots.
 void expectSlotOfRow(const OpArgs& a, const Tensor& slots, int64_t rows, int64_t numSlots);
 
+// A wide row [x (in) | every slot's rank rows]: its width for a [slots, rankRows, in].
+int64_t wideWidth(const Tensor& a, int64_t in);
 // t [n, S*R] = x [n, in] · a [slots, S*R, in] per row's slot; xName: what the op calls x.
 // wide: t is [n, in + slots*S*R] (x, then every slot's rank rows).
 void expectShrink(OpArgs& a, const Tensor& t, const Tensor& x, const char* xName, const Tensor& w, const Tensor& slots,
