@@ -25,6 +25,8 @@ __global__ void siluMulShrinkKernel(T* __restrict__ out, int64_t ldo, const T* _
                                     RankOut<T> t, const A* a,
                                     int64_t numSlots, const int32_t* slotOfRow, int64_t rankRows, bool vec, bool staged,
                                     bool vecRow, int rb, SlotRanks sr) {
+  if (blockIdx.x == 0)
+    prefetchRankRows(a, numSlots, rankRows, inter, staged ? int64_t(blockIdx.y) * rb : blockIdx.y, staged ? rb : 1);
   awaitPrior();
   const int64_t row = blockIdx.x;
   const int32_t slot = slotOfRow[row];  // loaded first: the shrink waits for it last
@@ -68,7 +70,7 @@ void siluMulShrink(DType act, void* out, const void* gateUp, int64_t n, int64_t 
   const FusedShrink f = fusedShrinkFor(n, inter, dtypeSize(act), lora.rankRows);
   const bool wide = !lora.t;
   if (f.after) {
-    siluMul(act, out, gateUp, n, inter, wide ? inter + lora.numSlots * lora.rankRows : 0);
+    siluMul(act, out, gateUp, n, inter, wide ? wideRowWidth(inter, lora.numSlots, lora.rankRows) : 0);
     return loraShrink(act, wide ? out : lora.t, out, lora.a, lora.numSlots, lora.slotOfRow, n, inter, lora.rankRows,
                       lora.ranks, wide);
   }

@@ -64,11 +64,13 @@ __device__ __forceinline__ void copy16(void* smem, const void* gmem, bool valid)
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0));
 }
 
-// The block's (sequence, first query token), or false past the last tile. Block b is
-// tile b of the step's tiles counted sequence by sequence; the grid has enough for any
-// split of the tokens into numSeqs sequences.
+// The block's (sequence, first query token), or false past the last tile. The grid's rows
+// (blockIdx.y) count the step's tiles sequence by sequence from the last: a sequence's
+// later tiles see more keys, so the longest blocks start first and the short ones fill
+// the last wave (in tile order, the last wave was a few long blocks running alone). The
+// grid has enough rows for any split of the tokens into numSeqs sequences.
 __device__ __forceinline__ bool tileOf(const PrefillArgs& p, int& seq, int64_t& q0) {
-  int64_t b = blockIdx.x;
+  int64_t b = int64_t(gridDim.y) - 1 - blockIdx.y;
   for (int s = 0; s < p.numSeqs; ++s) {
     const int64_t n = p.queryStarts[s + 1] - p.queryStarts[s], tiles = (n + kRows - 1) / kRows;
     if (b < tiles) {
@@ -93,7 +95,7 @@ __global__ __launch_bounds__(kThreads, 3) void prefillKernel(PrefillArgs p) {
   int seq;
   int64_t q0;
   if (!tileOf(p, seq, q0)) return;
-  const int h = blockIdx.y, kvh = h / (p.numHeads / p.numKvHeads);
+  const int h = blockIdx.x, kvh = h / (p.numHeads / p.numKvHeads);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, quad = lane / 4, pair = (lane % 4) * 2;
   const int64_t qEnd = p.queryStarts[seq + 1];
   const int64_t ctx = p.contextLens[seq];
@@ -265,8 +267,9 @@ bool prefillOnTensorCores(DType act, DType cache, int headDim, int64_t numTokens
   // A block computes 64 query rows whatever the sequence brings: with fewer than 16 tokens
   // a sequence on average (short prompts, decode rows beside a chunk), most rows would be
   // padding, and the streaming kernel does the little work there is.
+  // (The grid's rows, a tile each, stop at 65535: some 4M tokens, far past any step.)
   return act == DType::BF16 && cache == DType::BF16 && (headDim == 64 || headDim == 128) &&
-         numTokens >= kMinMeanQuery * numSeqs && aligned;
+         numTokens >= kMinMeanQuery * numSeqs && (numTokens + kRows - 1) / kRows + numSeqs <= 65535 && aligned;
 }
 
 namespace {
@@ -284,8 +287,9 @@ void prefillAttention(void* out, const void* qkv, KvCache c, const int32_t* bloc
                 static_cast<const bf16*>(c.v), blockTables, queryStarts, contextLens, int(numSeqs), maxBlocks,
                 c.numBlocks, int(c.blockSize), blockShift(c.blockSize), l.numHeads, l.numKvHeads, l.rowWidth(),
                 scale * 1.4426950408889634f};
-  // Enough tiles for any split of the tokens over the sequences; the extra blocks exit.
-  const dim3 grid{unsigned((numTokens + kRows - 1) / kRows + numSeqs), unsigned(l.numHeads)};
+  // A row of the grid is a tile of every head (blocks sharing a KV head side by side), and
+  // there are enough rows for any split of the tokens over the sequences; the extra exit.
+  const dim3 grid{unsigned(l.numHeads), unsigned((numTokens + kRows - 1) / kRows + numSeqs)};
   if (l.headDim == 64) launch("pagedAttention prefill kernel", prefillKernel<64>, grid, kThreads, 0, a);
   else launch("pagedAttention prefill kernel", prefillKernel<128>, grid, kThreads, 0, a);
 }

@@ -45,6 +45,7 @@ __device__ void copyRows(T* copy, int64_t ld, const T* x, int64_t ldx, int64_t r
 template <typename T, typename A>
 __global__ void shrinkKernel(RankOut<T> t, T* copy, const T* x, int64_t ldx, const A* a, int64_t numSlots,
                              const int32_t* slotOfRow, int64_t in, int64_t rankRows, bool vec, SlotRanks sr) {
+  if (blockIdx.x == 0) prefetchRankRows(a, numSlots, rankRows, in, blockIdx.y, 1);
   awaitPrior();
   const int64_t r = blockIdx.x;  // rows on x: y and z are limited to 65535
   const T* xr = x + r * ldx;
@@ -58,6 +59,7 @@ template <typename T, typename A>
 __global__ void shrinkRowsKernel(RankOut<T> t, T* copy, const T* x, int64_t ldx, const A* a, int64_t numSlots,
                                  const int32_t* slotOfRow, int64_t in, int64_t rankRows, int rb, bool vec,
                                  SlotRanks sr) {
+  if (blockIdx.x == 0) prefetchRankRows(a, numSlots, rankRows, in, int64_t(blockIdx.y) * rb, rb);
   awaitPrior();
   const int64_t r = blockIdx.x;
   const T* xr = x + r * ldx;
@@ -75,6 +77,7 @@ template <typename T, typename A, int TR>
 __global__ void __launch_bounds__(kShrinkThreads)
     shrinkTileKernel(RankOut<T> t, T* copy, const T* x, int64_t ldx, const A* a, int64_t numSlots,
                      const int32_t* slotOfRow, int64_t n, int64_t in, int64_t rankRows, bool vec, SlotRanks sr) {
+  if (blockIdx.x == 0) prefetchRankRows(a, numSlots, rankRows, in, int64_t(blockIdx.y) * kShrinkWarps, kShrinkWarps);
   awaitPrior();
   if (copy && blockIdx.y == 0)
     copyRows(copy, t.ld, x, ldx, int64_t(blockIdx.x) * TR, min(int64_t(TR), n - int64_t(blockIdx.x) * TR), in);
@@ -186,9 +189,9 @@ __global__ void __launch_bounds__(kExpandThreads)
 // or out of range: none).
 template <typename T>
 __global__ void joinKernel(T* __restrict__ wide, const T* __restrict__ x, const T* __restrict__ s,
-                           const int32_t* slotOfRow, int64_t numSlots, int64_t n, int64_t in, int64_t width) {
+                           const int32_t* slotOfRow, int64_t n, int64_t in, int64_t width, int64_t ld) {
   awaitPrior();
-  const int64_t cols = numSlots * width, ld = in + cols;
+  const int64_t cols = ld - in;  // s's rows: every slot's columns
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n * ld; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / ld, c = i % ld;
     if (c < in) {
@@ -252,13 +255,11 @@ void loraShrink(DType act, void* t, const void* x, Weights a, int64_t numSlots, 
     withFloat(a.dtype, [&](auto wt) {
       using T = decltype(tt);
       using W = decltype(wt);
-      // Wide: t is [n, in + numSlots * rankRows]; x joins it there unless it is there already.
-      const int64_t ld = in + numSlots * rankRows;
-      const RankOut<T> to = wide ? RankOut<T>{static_cast<T*>(t) + in, ld, numSlots}
-                                 : RankOut<T>{static_cast<T*>(t), rankRows, 0};
+      // Wide: t's rows are wide rows; x joins them there unless it is there already.
+      const RankOut<T> to = rankOutOf<T>(t, wide, in, numSlots, rankRows);
       const bool inPlace = wide && x == t;
       T* copy = wide && !inPlace ? static_cast<T*>(t) : nullptr;
-      const int64_t ldx = inPlace ? ld : in;
+      const int64_t ldx = inPlace ? to.ld : in;
       const T* xp = static_cast<const T*>(x);
       const W* ap = static_cast<const W*>(a.data);
       const bool vecA = runsOf8(a.data, in, sizeof(W)), vec = vecA && runsOf8(x, ldx, sizeof(T));
@@ -307,11 +308,12 @@ void loraExpandAdd(DType act, void* out, const void* delta, const void* t, Weigh
 
 void loraJoin(DType act, void* wide, const void* x, const void* s, const int32_t* slotOfRow, int64_t numSlots,
               int64_t n, int64_t in, int64_t width) {
-  if (n * (in + numSlots * width) == 0) return;
+  const int64_t ld = wideRowWidth(in, numSlots, width);
+  if (n * ld == 0) return;
   withAct(act, [&](auto tt) {
     using T = decltype(tt);
-    launch("loraJoin kernel", joinKernel<T>, strideGrid(n * (in + numSlots * width)), 256, 0, static_cast<T*>(wide),
-        static_cast<const T*>(x), static_cast<const T*>(s), slotOfRow, numSlots, n, in, width);
+    launch("loraJoin kernel", joinKernel<T>, strideGrid(n * ld), 256, 0, static_cast<T*>(wide),
+        static_cast<const T*>(x), static_cast<const T*>(s), slotOfRow, n, in, width, ld);
   });
 }
 

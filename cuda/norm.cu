@@ -54,6 +54,8 @@ __global__ void rmsNormShrinkKernel(T* __restrict__ out, int64_t ldo, const T* _
                                     float eps, RankOut<T> t, const A* a, int64_t numSlots, const int32_t* slotOfRow,
                                     int64_t rankRows, bool vec, bool staged, bool vecRow, int rb, SlotRanks sr) {
   __shared__ float partial[32];
+  if (blockIdx.x == 0)
+    prefetchRankRows(a, numSlots, rankRows, dim, staged ? int64_t(blockIdx.y) * rb : blockIdx.y, staged ? rb : 1);
   awaitPrior();
   const int64_t row = blockIdx.x;
   const int32_t slot = slotOfRow[row];  // loaded first: the shrink waits for it last
@@ -130,7 +132,7 @@ void rmsNormShrink(DType act, void* out, const void* x, Weights w, int64_t rows,
   const FusedShrink f = fusedShrinkFor(rows, dim, dtypeSize(act), lora.rankRows);
   const bool wide = !lora.t;
   if (f.after) {
-    rmsNorm(act, out, x, w, rows, dim, eps, wide ? dim + lora.numSlots * lora.rankRows : 0);
+    rmsNorm(act, out, x, w, rows, dim, eps, wide ? wideRowWidth(dim, lora.numSlots, lora.rankRows) : 0);
     return loraShrink(act, wide ? out : lora.t, out, lora.a, lora.numSlots, lora.slotOfRow, rows, dim, lora.rankRows,
                       lora.ranks, wide);
   }

@@ -28,12 +28,19 @@ struct RankOut {
   }
 };
 
-// A fused shrink's RankOut: narrow into lora.t, or (lora.t null) wide, after the first in
-// columns of out (its rows then in + numSlots * rankRows apart).
+// Where a shrink of rows of `in` values stores t: narrow, t itself [n, rankRows]; or wide,
+// the rows of t being wide rows, after their first in columns.
+template <typename T>
+RankOut<T> rankOutOf(void* t, bool wide, int64_t in, int64_t numSlots, int64_t rankRows) {
+  if (!wide) return {static_cast<T*>(t), rankRows, 0};
+  return {static_cast<T*>(t) + in, wideRowWidth(in, numSlots, rankRows), numSlots};
+}
+
+// A fused shrink's RankOut: narrow into lora.t, or (lora.t null) wide, into out's rows.
 template <typename T>
 RankOut<T> rankOut(void* out, int64_t in, const LoraShrinkArgs& lora) {
-  if (lora.t) return {static_cast<T*>(lora.t), lora.rankRows, 0};
-  return {static_cast<T*>(out) + in, in + lora.numSlots * lora.rankRows, lora.numSlots};
+  return lora.t ? rankOutOf<T>(lora.t, false, in, lora.numSlots, lora.rankRows)
+                : rankOutOf<T>(out, true, in, lora.numSlots, lora.rankRows);
 }
 
 // This lane's share of x · aRow over the runs part, part + parts, ... of the row: a run is
@@ -55,6 +62,24 @@ __device__ __forceinline__ float shrinkPart(const A* aRow, int64_t in, int part,
     for (int64_t i = int64_t(part) * 32 + lane; i < in; i += int64_t(parts) * 32) acc += xAt(i) * toF(aRow[i]);
   }
   return acc;
+}
+
+// Rank rows k0 .. k0 + count of every slot's A (slot 0 has none) towards L2, by the threads of
+// one block, before awaitPrior(): A is no op's output, and between two steps the weights
+// evict it, so without this a shrink's first loads of A wait for HBM after the kernel
+// before it has ended. Every slot's, since which slot a row runs is not read yet; only the
+// blocks of row 0 call it (the other rows' blocks read the same rank rows).
+template <typename A>
+__device__ __forceinline__ void prefetchRankRows(const A* a, int64_t numSlots, int64_t rankRows, int64_t in, int64_t k0,
+                                                 int64_t count) {
+  count = min(count, rankRows - k0);
+  const int64_t rowBytes = in * int64_t(sizeof(A));
+  for (int64_t s = 1; s < numSlots; ++s)
+    for (int64_t j = 0; j < count; ++j) {
+      const char* row = reinterpret_cast<const char*>(a + (s * rankRows + k0 + j) * in);
+      for (int64_t byte = int64_t(threadIdx.x) * 128; byte < rowBytes; byte += int64_t(blockDim.x) * 128)
+        prefetchL2(row + byte);
+    }
 }
 
 // Whether rank row k of `slot` is one the slot's adapter has (rows past its rank in a slice

@@ -54,6 +54,21 @@ Napi::Value CudaMemInfo(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// cudaReadBandwidth(bytes, passes): GB/s of the best timed read of a device buffer of that
+// size (gpu::readBandwidth); throws where there is no device.
+Napi::Value CudaReadBandwidth(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 2 || !info[0].IsNumber() || !info[1].IsNumber())
+    throw Napi::TypeError::New(env, "cudaReadBandwidth(bytes, passes): two numbers");
+  const double bytes = info[0].As<Napi::Number>().DoubleValue();
+  const double passes = info[1].As<Napi::Number>().DoubleValue();
+  if (!(bytes >= 16 && bytes <= 1e12) || !(passes >= 1 && passes <= 1000) || passes != double(int(passes)))
+    throw Napi::RangeError::New(env, "cudaReadBandwidth: bytes in [16, 1e12], passes an integer in [1, 1000]");
+  double gbps = 0;
+  withErrors(env, "cudaReadBandwidth", [&] { gbps = gpu::readBandwidth(size_t(bytes), int(passes)); });
+  return Napi::Number::New(env, gbps);
+}
+
 // cudaLibraries(): what was loaded at run time: {cublasLt: {loaded, path?, version?, error?}}.
 // Asking loads them (once); never throws.
 Napi::Value CudaLibraries(const Napi::CallbackInfo& info) {
@@ -94,6 +109,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports["cudaDevices"] = Napi::Function::New<CudaDevices>(env, "cudaDevices");
   exports["cudaLibraries"] = Napi::Function::New<CudaLibraries>(env, "cudaLibraries");
   exports["cudaMemInfo"] = Napi::Function::New<CudaMemInfo>(env, "cudaMemInfo");
+  exports["cudaReadBandwidth"] = Napi::Function::New<CudaReadBandwidth>(env, "cudaReadBandwidth");
   exports["synchronize"] = Napi::Function::New<Synchronize>(env, "synchronize");
   RegisterOps(env, exports);
   RegisterLoraOps(env, exports);

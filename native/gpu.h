@@ -52,6 +52,9 @@ struct UploadRegion {
 void upload(const UploadRegion* regions, size_t count);
 // Free and total bytes of the current device (cudaMemGetInfo); throws Error without one.
 void memInfo(size_t* freeBytes, size_t* totalBytes);
+// GB/s of the best of `passes` timed reads of a `bytes` buffer (after one to warm up), by a
+// kernel that only reads, as a decode step reads its weights; throws Error without a device.
+double readBandwidth(size_t bytes, int passes);
 
 // Streams host data to the device through two pinned buffers: fill one while the other
 // copies. Holds a process-wide lock for its lifetime; the destructor waits for the copies.

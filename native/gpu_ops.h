@@ -88,8 +88,11 @@ void loraExpandAdd(DType act, void* out, const void* delta, const void* t, Weigh
                    int64_t rank, SlotRanks ranks = {});
 // The LoRA operands of the fused ops: each row uses its slotOfRow slot (0 or out of range:
 // none). Shrink: t [n, rankRows] = x · a[slot]ᵀ. Expand: out += t[slice of the column] · b[slot]ᵀ.
+// Elements in a wide row (see loraShrink): x's `in`, then rankRows for each slot.
+inline int64_t wideRowWidth(int64_t in, int64_t numSlots, int64_t rankRows) { return in + numSlots * rankRows; }
+
 struct LoraShrinkArgs {
-  void* t;  // null: wide, the producing op's out is [n, in + numSlots * rankRows] (see loraShrink)
+  void* t;  // null: wide, the producing op's out is [n, wideRowWidth(in, numSlots, rankRows)] (see loraShrink)
   Weights a;  // [numSlots, rankRows, in]
   int64_t numSlots;
   const int32_t* slotOfRow;

@@ -24,6 +24,7 @@ void copyOnDevice(void*, const void*, size_t) { none(); }
 void copyToHostAsync(void*, const void*, size_t) { none(); }
 void synchronize() {}
 void memInfo(size_t*, size_t*) { none(); }
+double readBandwidth(size_t, int) { none(); }
 void* allocPinned(size_t) noexcept { return nullptr; }
 void freePinned(void*) noexcept {}
 void upload(const UploadRegion*, size_t) { none(); }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <string>
 
+#include "gpu_ops.h"
+
 namespace mstar {
 
 DType expectRmsNorm(OpArgs& a, const Tensor& out, const Tensor& x, const Tensor& w) {
@@ -66,7 +68,7 @@ cpu::Weights linearWeights(const OpArgs& a, const Tensor& w, int64_t wCol) {
   return v;
 }
 
-int64_t wideWidth(const Tensor& a, int64_t in) { return in + a.dim(0) * a.dim(1); }
+int64_t wideWidth(const Tensor& a, int64_t in) { return gpu::wideRowWidth(in, a.dim(0), a.dim(1)); }
 
 void expectSlotOfRow(const OpArgs& a, const Tensor& slots, int64_t rows, int64_t numSlots) {
   a.expectDType(slots, DType::I32, "slotOfRow");

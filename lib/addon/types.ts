@@ -125,6 +125,12 @@ export interface Binding {
   cudaLibraries(): CudaLibraries;
   /** Free and total bytes of the CUDA device; throws where there is none. */
   cudaMemInfo(): { free: number; total: number };
+  /**
+   * GB/s of the best of `passes` timed reads (after one to warm up) of a device buffer of
+   * `bytes`, by a kernel that only reads, as a decode step reads its weights. Throws where
+   * there is no CUDA device.
+   */
+  cudaReadBandwidth(bytes: number, passes: number): number;
   /** Waits for every op enqueued on the cuda stream (a no-op when nothing was). */
   synchronize(): void;
   /**

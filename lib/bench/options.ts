@@ -28,7 +28,8 @@ export interface BenchOptions {
   rounds: number;
   seed: number;
   roofline: boolean;
-  hbmGbps: number;
+  /** Bandwidth for the roofline, GB/s; undefined: measured on the server's GPU (see hbm.ts). */
+  hbmGbps?: number;
   /** Prompt tokens of the prefill cell (serve only); undefined: none. */
   prefill?: number;
   peakTflops: number;

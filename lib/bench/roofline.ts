@@ -14,9 +14,8 @@ import { planWeights } from '../checkpoint/plan.js';
 import { openSafetensors } from '../checkpoint/safetensors.js';
 import type { ServeConfig } from '../config/schema.js';
 import type { CellReport } from './cell.js';
+import type { HbmBandwidth } from './hbm.js';
 
-/** H200 HBM3e: 4.8 TB/s. */
-export const DEFAULT_HBM_GBPS = 4800;
 
 const DTYPE_BYTES = { bf16: 2, f16: 2, f32: 4 } as const;
 
@@ -43,6 +42,8 @@ export interface RooflineCell {
 
 export interface RooflineReport {
   hbmGbps: number;
+  /** Where hbmGbps came from: --hbm-gbps, a measurement on the server's GPU, or the datasheet. */
+  hbmSource: HbmBandwidth['source'];
   weightBytes: number;
   kvBytesPerToken: number;
   /** Mean context length over a request's decode steps. */
@@ -78,9 +79,10 @@ export function adapterBytes(dir: string): number {
 
 /** Roofline of every c=1 cell; `adapterBytesOf` gives the adapter bytes a cell's mix reads per step. */
 export function roofline(
-  cells: readonly CellReport[], bytes: ModelBytes, contextTokens: number, hbmGbps: number,
+  cells: readonly CellReport[], bytes: ModelBytes, contextTokens: number, hbm: HbmBandwidth,
   adapterBytesOf: (mix: CellReport['mix']) => number,
 ): RooflineReport {
+  const hbmGbps = hbm.gbps;
   const out: RooflineCell[] = [];
   for (const c of cells) {
     const step = c.tpotMs.p50;
@@ -89,5 +91,5 @@ export function roofline(
     const floorMs = (bytes.weightBytes + bytes.kvBytesPerToken * contextTokens + adapter) / (hbmGbps * 1e9) * 1e3;
     out.push({ engine: c.engine, mix: c.mix, stepMs: step, itlMs: c.itlMs.p50, adapterBytes: adapter, floorMs, fraction: floorMs / step });
   }
-  return { hbmGbps, ...bytes, contextTokens, cells: out };
+  return { hbmGbps, hbmSource: hbm.source, ...bytes, contextTokens, cells: out };
 }

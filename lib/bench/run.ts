@@ -14,6 +14,7 @@ import { needsAdapters, type MixName } from './mix.js';
 import type { BenchOptions, BenchReport, EngineCounters } from './options.js';
 import { promptIdLimit } from './prompts.js';
 import { prefillFlops, prefillReport } from './prefill.js';
+import { hbmBandwidth, type HbmBandwidth } from './hbm.js';
 import { adapterBytes, modelBytes, roofline } from './roofline.js';
 
 export { BenchError, type BenchUi } from './grid.js';
@@ -52,6 +53,9 @@ export async function runBenchmark(opts: BenchOptions, ui: BenchUi): Promise<Ben
     ui.log(`mix churn: ${adapters.length} adapters fit the ${slots} slots, so nothing is swapped (synthesize more adapters to churn)`);
   }
 
+  // Measured before any server starts: the GPU is idle, and the buffer is freed before an
+  // engine sizes its KV cache.
+  const hbm = opts.roofline && serveConfig !== undefined ? await hbmBandwidth(opts.hbmGbps, serveConfig.device, ui.log) : undefined;
   const grid: Grid = { opts, loads, adapters, idLimit, ui };
   const runs: Record<EngineSide, CellRun[]> = { 'lora-on': [], 'lora-off': [] };
   const prefillRuns: Record<EngineSide, CellRun[]> = { 'lora-on': [], 'lora-off': [] };
@@ -118,7 +122,7 @@ export async function runBenchmark(opts: BenchOptions, ui: BenchUi): Promise<Ben
       seed: opts.seed,
     },
     cells: all,
-    roofline: opts.roofline && serveConfig !== undefined ? rooflineOf(all, serveConfig, adapters, opts) : null,
+    roofline: hbm !== undefined ? rooflineOf(all, serveConfig!, adapters, opts, hbm) : null,
     prefill: opts.prefill !== undefined && serveConfig !== undefined
       ? prefillReport(prefill, opts.prefill, prefillFlops(serveConfig, opts.prefill), opts.peakTflops)
       : null,
@@ -177,7 +181,9 @@ async function onLocalServer<T>(
   }
 }
 
-function rooflineOf(cells: CellReport[], config: ServeConfig, adapters: readonly string[], opts: BenchOptions): BenchReport['roofline'] {
+function rooflineOf(
+  cells: CellReport[], config: ServeConfig, adapters: readonly string[], opts: BenchOptions, hbm: HbmBandwidth,
+): BenchReport['roofline'] {
   const pathOf = (name: string): string | undefined => config.resources.lora?.adapters.find((a) => a.name === name)?.path;
   const sizes = adapters.map((a) => (pathOf(a) === undefined ? 0 : adapterBytes(pathOf(a)!)));
   // 'one' reads its adapter every step; churn and mixed read one adapter per row, on average this size.
@@ -185,5 +191,5 @@ function rooflineOf(cells: CellReport[], config: ServeConfig, adapters: readonly
     mix === 'base' || sizes.length === 0 ? 0 : mix === 'one' ? sizes[0] : sizes.reduce((a, b) => a + b, 0) / sizes.length;
   // Decode step k (k = 1 .. out - 1) of a request reads prompt + k tokens of context; the mean over its steps:
   const context = meanLength(opts.promptLen) + meanLength(opts.outputLen) / 2;
-  return roofline(cells, modelBytes(config), context, opts.hbmGbps, adapterBytesOf);
+  return roofline(cells, modelBytes(config), context, hbm, adapterBytesOf);
 }

@@ -44,7 +44,7 @@ export function formatTable(cells: readonly CellReport[]): string {
 
 /** One line per c=1 cell: measured step (TPOT p50), bandwidth floor, achieved fraction. */
 export function formatRoofline(r: RooflineReport): string {
-  const head = `roofline at c=1, HBM ${r.hbmGbps} GB/s: weights ${formatBytes(r.weightBytes)} + KV ` +
+  const head = `roofline at c=1, HBM ${r.hbmGbps.toFixed(0)} GB/s (${r.hbmSource}): weights ${formatBytes(r.weightBytes)} + KV ` +
     `${formatBytes(r.kvBytesPerToken * r.contextTokens)} (${r.contextTokens.toFixed(0)} tokens) per step`;
   if (r.cells.length === 0) return `${head}\n  no c=1 cell with a measured decode step`;
   return [head, ...r.cells.map((c) =>

@@ -8,7 +8,7 @@ import { parseLength, type LengthDist } from '../bench/lengths.js';
 import { isMix, MIXES, MIX_HELP, type MixName } from '../bench/mix.js';
 import type { BenchOptions, BenchTarget } from '../bench/options.js';
 import { DEFAULT_PEAK_TFLOPS } from '../bench/prefill.js';
-import { DEFAULT_HBM_GBPS } from '../bench/roofline.js';
+import { DEFAULT_HBM_GBPS } from '../bench/hbm.js';
 import { BenchError, runBenchmark } from '../bench/run.js';
 import { StatusLine } from '../bench/status_line.js';
 import { chartSvg } from '../bench/svg.js';
@@ -47,7 +47,8 @@ output:
       --svg FILE             chart: retention and TTFT p50 by load point, a line per mix
       --roofline             with --serve: (weight + KV bytes) / HBM bandwidth ÷ the c=1 decode
                              step (TPOT p50): the share of bandwidth decode achieves
-      --hbm-gbps N           bandwidth for --roofline (default ${DEFAULT_HBM_GBPS}, an H200)
+      --hbm-gbps N           bandwidth for --roofline (default: measured on the server's GPU
+                             by a read-only kernel; without one, ${DEFAULT_HBM_GBPS}, an H200's datasheet)
       --prefill N            with --serve: one more cell per engine, 8 prompts of N tokens alone
                              (c=1, one output token): prefill FLOPs ÷ TTFT p50 ÷ the bf16 peak
       --peak-tflops N        bf16 peak for --prefill (default ${DEFAULT_PEAK_TFLOPS}, an H200)
@@ -153,7 +154,7 @@ function optionsOf(v: Values): BenchOptions {
     rounds: v.rounds === undefined ? 1 : one(positiveInts(v.rounds, '--rounds'), '--rounds'),
     seed: v.seed === undefined ? 0 : nonNegativeInt(v.seed, '--seed'),
     roofline: v.roofline === true,
-    hbmGbps: v['hbm-gbps'] === undefined ? DEFAULT_HBM_GBPS : one(positiveNumbers(v['hbm-gbps'], '--hbm-gbps'), '--hbm-gbps'),
+    hbmGbps: v['hbm-gbps'] === undefined ? undefined : one(positiveNumbers(v['hbm-gbps'], '--hbm-gbps'), '--hbm-gbps'),
     prefill: v.prefill === undefined ? undefined : one(positiveInts(v.prefill, '--prefill'), '--prefill'),
     peakTflops: v['peak-tflops'] === undefined ? DEFAULT_PEAK_TFLOPS : one(positiveNumbers(v['peak-tflops'], '--peak-tflops'), '--peak-tflops'),
   };

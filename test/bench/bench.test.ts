@@ -67,6 +67,7 @@ describe('mstar bench --serve', () => {
     // Tied 64×1000 embedding + 2 layers of (q 64 + k 32 + v 32 + o 64 + gate/up 256 + down 64)·64 + norms, bf16.
     expect(roofline.weightBytes).toBe(2 * (1000 * 64 + 2 * (64 * 64 + 2 * 32 * 64 + 64 * 64 + 2 * 128 * 64 + 64 * 128 + 2 * 64 + 2 * 16) + 64));
     expect(roofline.kvBytesPerToken).toBe(2 * 2 * 2 * 16 * 4);  // the engine's KV on the cpu is f32, whatever the checkpoint
+    expect(roofline).toMatchObject({ hbmGbps: 4800, hbmSource: 'datasheet' });  // a cpu server: nothing to measure
     expect(roofline.contextTokens).toBe(8 + 2);  // decode steps k = 1..3 of 4 tokens read 8 + k keys
     expect(roofline.cells.map((c) => `${c.engine} ${c.mix}`)).toEqual(['lora-on base', 'lora-on one', 'lora-on churn', 'lora-on mixed', 'lora-off base']);
     expect(roofline.cells[1].adapterBytes).toBeGreaterThan(0);
@@ -92,7 +93,8 @@ describe('mstar bench --serve', () => {
     expect(out).toMatch(/engine\s+mix\s+load\s+req\s+fail\s+tok\/s\s+retention\s+TTFT p50\s+TTFT p99\s+ITL p50\s+ITL p99\s+TPOT p50\s+e2e p50\s+e2e p99/);
     expect(out).toMatch(/lora-on\s+churn\s+c=2\s+4\s+0\s/);
     expect(out).toMatch(/lora-off\s+base\s+c=1\s+4\s+0\s+\S+\s+100\.0%/);
-    expect(out).toMatch(/roofline at c=1, HBM 4800 GB\/s/);
+    expect(out).toMatch(/roofline at c=1, HBM 4800 GB\/s \(datasheet\)/);
+    expect(out).toMatch(/roofline: the server runs on the cpu; dividing by the H200 datasheet's 4800 GB\/s/);
 
     const chart = readFileSync(svg, 'utf8');
     checkWellFormed(chart);

@@ -2,6 +2,7 @@
 import { describe, expect, it } from 'vitest';
 
 import { poissonArrivals } from '../../lib/bench/arrivals.js';
+import { hbmBandwidth } from '../../lib/bench/hbm.js';
 import { cellReport, withRetention } from '../../lib/bench/cell.js';
 import { requestOf } from '../../lib/bench/grid.js';
 import { parseLength } from '../../lib/bench/lengths.js';
@@ -131,5 +132,15 @@ describe('cell reports', () => {
     expect(off.outputTokS).toBe(3);
     const other = cellReport('lora-on', 'one', { kind: 'closed', concurrency: 4 }, []);
     expect(withRetention([on, other], [off]).map((c) => c.retention)).toEqual([1, null]);
+  });
+});
+
+describe('the roofline\'s HBM bandwidth', () => {
+  it('is --hbm-gbps when given, and the datasheet\'s, said so, for a cpu server', async () => {
+    const lines: string[] = [];
+    expect(await hbmBandwidth(3900, 'cuda', (l) => lines.push(l))).toEqual({ gbps: 3900, source: 'given' });
+    expect(lines).toEqual([]);
+    expect(await hbmBandwidth(undefined, 'cpu', (l) => lines.push(l))).toEqual({ gbps: 4800, source: 'datasheet' });
+    expect(lines).toEqual(["roofline: the server runs on the cpu; dividing by the H200 datasheet's 4800 GB/s (--hbm-gbps sets it)"]);
   });
 });

@@ -21,6 +21,19 @@ describeGpu('cuda tensors', () => {
     if (!libs.cublasLt.loaded) expect(libs.cublasLt.error).toMatch(/libcublasLt/);
   });
 
+  it('cudaReadBandwidth reads a buffer past L2 at HBM speed, leaves free memory as it was, and checks its arguments', () => {
+    addon.synchronize();
+    const before = addon.cudaMemInfo().free;
+    const gbps = addon.cudaReadBandwidth(2 ** 30, 3);
+    console.log(`HBM read bandwidth: ${gbps.toFixed(0)} GB/s`);
+    // Any HBM GPU reads hundreds of GB/s at least; L2 speeds (tens of TB/s) would mean the buffer was cached.
+    expect(gbps).toBeGreaterThan(200);
+    expect(gbps).toBeLessThan(12000);
+    expect(addon.cudaMemInfo().free).toBeGreaterThanOrEqual(before - 64 * 2 ** 20);
+    expect(() => addon.cudaReadBandwidth(8, 3)).toThrow(/bytes in \[16, 1e12\]/);
+    expect(() => addon.cudaReadBandwidth(2 ** 20, 0.5)).toThrow(/passes an integer/);
+  });
+
   it.each(['f32', 'bf16', 'f16'] as const)('%s: fromArray, toArray and to() round trips', (dtype) => {
     const data = new Rng(1).floats(1000, -100, 100);
     const t = addon.fromArray(dtype, [10, 100], data, 'cuda');
