@@ -22,9 +22,11 @@ constexpr int64_t kPrefetchBytes = 16 << 20;
 
 // One warp per output feature. VEC: each lane takes 8 consecutive elements per step (one
 // 16-byte load of bf16 weights), which needs in % 8 == 0 and 16-byte aligned rows.
-// Measured on an H200 (4096 -> 12288, bf16 weights): 74% of HBM bandwidth at n = 1, 33-37%
-// at n = 4. Qwen3-0.6B's projections (4-12 MB) take 5-7 us each at n = 1, bound by
-// latency, not by parallelism: giving a narrow output's row to 2-8 warps measured slower.
+// Graph-timed on an H200 (bench/gemv.mjs, against a measured 4.3 TB/s): Qwen3-8B's
+// projections at n = 1 reach 54-83% of HBM bandwidth, Qwen3-0.6B's 29-53%; at n = 4,
+// 44-60% and 20-38%. Giving a narrow output's row to 2-8 warps measured slower; so did
+// holding 4-16 runs a lane in registers, the first loaded before awaitPrior (n = 1 mostly
+// equal, 0.6B's qkv 4.7 -> 3.2 us but 8B's down 34 -> 55 us; n = 4 up to 3x slower).
 //
 // accumulate: out += the projection rounded as linear would store it, then the sum rounded
 // (a bf16 model's residual stream: transformers adds the layer's bf16 output to it).
