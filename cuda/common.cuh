@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 #include <functional>
 
 #include "dtype.h"
@@ -132,6 +133,22 @@ __device__ __forceinline__ void loadVec(float (&dst)[N], const T* p) {
   } else {
 #pragma unroll
     for (int i = 0; i < N; ++i) dst[i] = toF(p[i]);
+  }
+}
+
+// Writes N consecutive elements at p with 16-byte stores where N * sizeof(T) allows (p then
+// aligned to 16 bytes), else one at a time.
+template <typename T, int N>
+__device__ __forceinline__ void storeVec(T* p, const T (&v)[N]) {
+  constexpr int bytes = N * int(sizeof(T));
+  if constexpr (bytes % 16 == 0) {
+    uint4 raw[bytes / 16];
+    memcpy(raw, v, bytes);
+#pragma unroll
+    for (int i = 0; i < bytes / 16; ++i) reinterpret_cast<uint4*>(p)[i] = raw[i];
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) p[i] = v[i];
   }
 }
 

@@ -25,6 +25,45 @@ __global__ void rmsNormKernel(T* out, int64_t ldo, const T* x, const W* w, int64
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) o[i] = fromF<T>(toF(w[i]) * (toF(xr[i]) * r));
 }
 
+// rmsNormKernel for rows that allow 16-byte loads (runsOf8) of at most RUNS runs of 8 a
+// thread: a thread holds its runs of x in registers, so the row is read once, in one round
+// trip; its runs of w (a weight: no op writes it) load before the wait, while the kernel
+// before this one finishes. (The loop above, one element a step, took 6.6 us for a 4096-wide
+// row of Qwen3-8B at 1-64 rows against 2.3 us for Qwen3-0.6B's 1024: a round trip each.)
+template <typename T, typename W, int RUNS>
+__global__ void rmsNormRunsKernel(T* out, int64_t ldo, const T* x, const W* w, int64_t dim, float eps) {
+  __shared__ float partial[32];
+  float wv[RUNS][8], xv[RUNS][8];
+  const int64_t stride = int64_t(blockDim.x) * 8;
+#pragma unroll
+  for (int k = 0; k < RUNS; ++k) {
+    const int64_t i = threadIdx.x * 8 + k * stride;
+    if (i < dim) loadVec<W, 8>(wv[k], w + i);
+  }
+  awaitPrior();
+  const T* xr = x + blockIdx.x * dim;
+  T* o = out + blockIdx.x * ldo;
+  float ss = 0;
+#pragma unroll
+  for (int k = 0; k < RUNS; ++k) {
+    const int64_t i = threadIdx.x * 8 + k * stride;
+    if (i >= dim) continue;
+    loadVec<T, 8>(xv[k], xr + i);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) ss += xv[k][e] * xv[k][e];
+  }
+  const float r = 1.0f / sqrtf(blockSum(ss, partial) / float(dim) + eps);
+#pragma unroll
+  for (int k = 0; k < RUNS; ++k) {
+    const int64_t i = threadIdx.x * 8 + k * stride;
+    if (i >= dim) continue;
+    T v[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = fromF<T>(wv[k][e] * (xv[k][e] * r));
+    storeVec(o + i, v);
+  }
+}
+
 // residual += x (stored in T, rounded as a bf16 model's residual stream is), then the
 // norm of the stored residual into out. Each thread re-reads only what it wrote itself.
 template <typename T, typename W>
@@ -62,9 +101,19 @@ __global__ void rmsNormShrinkKernel(T* __restrict__ out, int64_t ldo, const T* _
   const T* xr = x + row * dim;
   T* o = out + row * ldo;
   float ss = 0;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-    float v = toF(xr[i]);
-    ss += v * v;
+  if (vecRow) {  // 16-byte loads, all in flight together: one round trip for the row
+#pragma unroll 4
+    for (int64_t i = threadIdx.x * 8; i < dim; i += int64_t(blockDim.x) * 8) {
+      float v[8];
+      loadVec<T, 8>(v, xr + i);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) ss += v[e] * v[e];
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+      float v = toF(xr[i]);
+      ss += v * v;
+    }
   }
   const float r = 1.0f / sqrtf(blockSum(ss, partial) / float(dim) + eps);
   auto normed = [&](int64_t i) { return fromF<T>(toF(w[i]) * (toF(xr[i]) * r)); };
@@ -108,8 +157,16 @@ void rmsNorm(DType act, void* out, const void* x, Weights w, int64_t rows, int64
     withFloat(w.dtype, [&](auto wt) {
       using T = decltype(t);
       using W = decltype(wt);
-      launch("rmsNorm kernel", rmsNormKernel<T, W>, unsigned(rows), kThreads, 0, static_cast<T*>(out), ldo ? ldo : dim,
-          static_cast<const T*>(x), static_cast<const W*>(w.data), dim, eps);
+      const int64_t ld = ldo ? ldo : dim, runs = (dim + kThreads * 8 - 1) / (kThreads * 8);
+      auto args = [&](auto kernel, const char* what) {
+        launch(what, kernel, unsigned(rows), kThreads, 0, static_cast<T*>(out), ld, static_cast<const T*>(x),
+            static_cast<const W*>(w.data), dim, eps);
+      };
+      const bool vec = runsOf8(x, dim, sizeof(T)) && runsOf8(out, ld, sizeof(T)) && runsOf8(w.data, dim, sizeof(W));
+      if (vec && runs <= 1) args(rmsNormRunsKernel<T, W, 1>, "rmsNorm kernel");
+      else if (vec && runs <= 2) args(rmsNormRunsKernel<T, W, 2>, "rmsNorm kernel");
+      else if (vec && runs <= 4) args(rmsNormRunsKernel<T, W, 4>, "rmsNorm kernel");
+      else args(rmsNormKernel<T, W>, "rmsNorm kernel");
     });
   });
 }

@@ -45,18 +45,27 @@ RankOut<T> rankOut(void* out, int64_t in, const LoraShrinkArgs& lora) {
 
 // This lane's share of x · aRow over the runs part, part + parts, ... of the row: a run is
 // 256 elements where vec (a's rows allow 16-byte loads, 8 consecutive elements a lane),
-// else 32.
-template <typename A, typename F>
+// else 32. xAt(i) gives x's element i; x8(i, xv), where vecX, its elements i .. i + 7 from
+// 16-byte loads (one element at a time, a producer's recomputed row took a round trip per
+// element: SiLU·mul + shrink of Qwen3-8B's 12288-wide rows 7.2 us at 1 row, against 1.1
+// for SiLU·mul alone).
+template <typename A, typename F, typename F8>
 __device__ __forceinline__ float shrinkPart(const A* aRow, int64_t in, int part, int parts, int lane, bool vec,
-                                            F&& xAt) {
+                                            bool vecX, F&& xAt, F8&& x8) {
   float acc = 0;
   if (vec) {
 #pragma unroll 4
     for (int64_t i = (int64_t(part) * 32 + lane) * 8; i < in; i += int64_t(parts) * 32 * 8) {
-      float av[8];
+      float av[8], xv[8];
       loadVec<A, 8>(av, aRow + i);
+      if (vecX) {
+        x8(i, xv);
+      } else {
 #pragma unroll
-      for (int j = 0; j < 8; ++j) acc += xAt(i + j) * av[j];
+        for (int j = 0; j < 8; ++j) xv[j] = xAt(i + j);
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc += xv[j] * av[j];
     }
   } else {
     for (int64_t i = int64_t(part) * 32 + lane; i < in; i += int64_t(parts) * 32) acc += xAt(i) * toF(aRow[i]);
@@ -95,14 +104,15 @@ __device__ __forceinline__ bool hasRankRow(const SlotRanks& sr, int32_t slot, in
 // shrink is a few dozen such dot products: spread over whole blocks, each warp issues a
 // load or two instead of walking a 1-12K row alone. Slot 0, a slot outside the table, or a
 // padding row gives zeros. The whole block must call it.
-template <typename T, typename A, typename F>
+template <typename T, typename A, typename F, typename F8>
 __device__ void shrinkRowByBlock(const RankOut<T>& t, const A* a, int64_t numSlots, int32_t slot, int64_t r, int64_t k,
-                                 int64_t rankRows, int64_t in, bool vec, const SlotRanks& sr, F&& xAt) {
+                                 int64_t rankRows, int64_t in, bool vec, bool vecX, const SlotRanks& sr, F&& xAt,
+                                 F8&& x8) {
   __shared__ float partial[32];
   float acc = 0;
   if (slot > 0 && slot < numSlots && hasRankRow(sr, slot, k, rankRows))
     acc = shrinkPart(a + (int64_t(slot) * rankRows + k) * in, in, threadIdx.x / 32, blockDim.x / 32, threadIdx.x % 32,
-                     vec, xAt);
+                     vec, vecX, xAt, x8);
   acc = blockSum(acc, partial);
   if (threadIdx.x == 0) t.store(r, slot, k, rankRows, acc);
 }
@@ -216,23 +226,43 @@ __device__ __forceinline__ void storeAndShrinkRow(T* out, int64_t in, bool stage
                       [&](int64_t i) { return toF(xs[i]); });
     return;
   }
-  const int64_t share = (in + gridDim.y - 1) / gridDim.y, end = min(in, (blockIdx.y + 1) * share);
-  for (int64_t i = blockIdx.y * share + threadIdx.x; i < end; i += blockDim.x) out[i] = make1(i);
+  if (vecRow) {
+    const int64_t share = stagedShare(in, gridDim.y), end = min(in, (blockIdx.y + 1) * share);
+    for (int64_t i = blockIdx.y * share + threadIdx.x * 8; i < end; i += int64_t(blockDim.x) * 8) {
+      T v[8];
+      make8(i, v);
+      storeVec(out + i, v);
+    }
+  } else {
+    const int64_t share = (in + gridDim.y - 1) / gridDim.y, end = min(in, (blockIdx.y + 1) * share);
+    for (int64_t i = blockIdx.y * share + threadIdx.x; i < end; i += blockDim.x) out[i] = make1(i);
+  }
   if (blockIdx.y < rankRows)
-    shrinkRowByBlock(t, a, numSlots, slot, row, blockIdx.y, rankRows, in, vec, sr,
-                     [&](int64_t i) { return toF(make1(i)); });
+    shrinkRowByBlock(t, a, numSlots, slot, row, blockIdx.y, rankRows, in, vec, vecRow, sr,
+                     [&](int64_t i) { return toF(make1(i)); },
+                     [&](int64_t i, float(&xv)[8]) {
+                       T v[8];
+                       make8(i, v);
+#pragma unroll
+                       for (int e = 0; e < 8; ++e) xv[e] = toF(v[e]);
+                     });
 }
 
-// Up to this many rows the producing kernels shrink where they make x, each of a row's
-// rank-row blocks recomputing what it needs of the row, and loraShrink gives each rank row
-// a block. Up to kStagedShrinkRows (decode batches) they still shrink where they make x: a
-// block makes the whole row once into shared memory (kStageBytes at most), then shrinks
-// its 8, 4 or 2 rank rows from there (shrinkRowsByBlock, stagedRankRows), and loraShrink's
-// blocks do the same from x. (Recomputing the row in each warp of such a block instead cost SiLU·mul +
+// While rows × rank rows stay within twice the SMs, the producing kernels shrink where they
+// make x, each of a row's rank-row blocks recomputing what it needs of the row, and
+// loraShrink gives each rank row a block (shrinkByBlock). Past that, up to
+// kStagedShrinkRows (decode batches), they still shrink where they make x: a block makes
+// the whole row once into shared memory (kStageBytes at most), then shrinks its 8, 4 or 2
+// rank rows from there (shrinkRowsByBlock, stagedRankRows), and loraShrink's blocks do the
+// same from x. (Recomputing the row in each warp of such a block instead cost SiLU·mul +
 // shrink 16 us at 32 rows of Qwen3-0.6B, for 2 us of plain SiLU·mul.) Above, or where the
 // row does not fit (prefill), the rows give the parallelism: x is made once, then
 // loraShrink's warps take a rank row each for a tile of rows.
-constexpr int64_t kFusedShrinkRows = 16;
+// Graph-timed (bench/lora_ops.mjs, H200, rank 16): by block wins up to about 256 blocks
+// (Qwen3-0.6B's qkv shrink at 4 rows, 192 blocks: 3.1 us against 3.9-4.3 staged) and
+// loses past (at 8 rows, 384 blocks: 5.5 us against 4.0; at 16 rows 8.0 against 4.3; on
+// Qwen3-8B 16.4 against 7.3); the old bound of 16 rows sent those by block.
+bool shrinkByBlock(int64_t n, int64_t rankRows);
 constexpr int64_t kStagedShrinkRows = 64;
 // A launch gets 48 KiB of shared memory without opting in, static arrays included: the
 // staging kernels' own (reduction partials, 1.3 KiB) come off the top, with room to spare.
@@ -255,11 +285,12 @@ struct FusedShrink {
 };
 inline FusedShrink fusedShrinkFor(int64_t n, int64_t in, size_t elem, int64_t rankRows) {
   FusedShrink f;
-  if (n > kFusedShrinkRows && (n > kStagedShrinkRows || in * int64_t(elem) > kStageBytes)) {
+  const bool byBlock = shrinkByBlock(n, rankRows);
+  if (!byBlock && (n > kStagedShrinkRows || in * int64_t(elem) > kStageBytes)) {
     f.after = true;
     return f;
   }
-  f.staged = n > kFusedShrinkRows;
+  f.staged = !byBlock;
   f.rb = f.staged ? stagedRankRows(n, rankRows) : 0;
   const int64_t perRow = f.staged ? stagedBlocksPerRow(rankRows, f.rb) : rankRows;
   f.grid = dim3(unsigned(n), unsigned(std::max<int64_t>(1, perRow)));

@@ -56,9 +56,10 @@ describeGpu('cuda lora', () => {
   });
 
   // The fused forms against the CPU and against the separate CUDA ops (within rounding):
-  // rmsNormShrink and siluMulShrink (a block per rank row of each row up to 16 rows, a warp
-  // up to 64 from the row staged in shared memory, then, or where the row does not fit, the
-  // plain op and the tiled shrink); linearExpand,
+  // rmsNormShrink and siluMulShrink (a block per rank row of each row while rows × rank rows
+  // stay within twice the SMs, else up to 64 rows a block per few rank rows from the row
+  // staged in shared memory, then, or where the row does not fit, the plain op and the tiled
+  // shrink); linearExpand,
   // plain and accumulating (the expand in the GEMV epilogue up to 4 rows, linear +
   // loraExpand above; accumulating, the adapter's delta joins the projection first).
   describe.each(ACTS)('fused, %s activations', (act) => {
@@ -66,7 +67,8 @@ describeGpu('cuda lora', () => {
     const cases: [number, number, number[], number][] = [
       [1, 1024, [512, 256, 256], 16],
       [3, 136, [40, 24, 24], 8],
-      [11, 256, [128, 128], 64],
+      [11, 256, [128, 128], 64],  // 1408 rank rows: staged
+      [24, 256, [128], 8],  // 192: by block at 24 rows
       [16, 64, [96], 4],
       [40, 512, [256, 128, 128], 16],
       [100, 256, [128, 64], 8],
