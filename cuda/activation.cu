@@ -67,7 +67,7 @@ void siluMul(DType act, void* out, const void* gateUp, int64_t n, int64_t inter,
 
 void siluMulShrink(DType act, void* out, const void* gateUp, int64_t n, int64_t inter, LoraShrinkArgs lora) {
   if (n * inter == 0) return;
-  const FusedShrink f = fusedShrinkFor(n, inter, dtypeSize(act), lora.rankRows);
+  const FusedShrink f = fusedShrinkFor(n, inter, dtypeSize(act), lora.rankRows, false);
   const bool wide = !lora.t;
   if (f.after) {
     siluMul(act, out, gateUp, n, inter, wide ? wideRowWidth(inter, lora.numSlots, lora.rankRows) : 0);

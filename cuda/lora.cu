@@ -252,7 +252,7 @@ unsigned strideGrid(int64_t n) { return unsigned(std::max<int64_t>(1, std::min<i
 
 }  // namespace
 
-bool shrinkByBlock(int64_t n, int64_t rankRows) { return n * rankRows <= 2 * int64_t(smCount()); }
+bool fewBlocks(int64_t blocks) { return blocks <= 2 * int64_t(smCount()); }
 
 int stagedRankRows(int64_t n, int64_t rankRows) {
   for (int rb : {kBlockRankRows, kBlockRankRows / 2})

@@ -186,7 +186,7 @@ void addRmsNorm(DType act, void* residual, const void* x, Weights w, void* out, 
 void rmsNormShrink(DType act, void* out, const void* x, Weights w, int64_t rows, int64_t dim, float eps,
                    LoraShrinkArgs lora) {
   if (rows == 0) return;
-  const FusedShrink f = fusedShrinkFor(rows, dim, dtypeSize(act), lora.rankRows);
+  const FusedShrink f = fusedShrinkFor(rows, dim, dtypeSize(act), lora.rankRows, true);
   const bool wide = !lora.t;
   if (f.after) {
     rmsNorm(act, out, x, w, rows, dim, eps, wide ? wideRowWidth(dim, lora.numSlots, lora.rankRows) : 0);

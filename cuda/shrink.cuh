@@ -258,11 +258,16 @@ __device__ __forceinline__ void storeAndShrinkRow(T* out, int64_t in, bool stage
 // shrink 16 us at 32 rows of Qwen3-0.6B, for 2 us of plain SiLU·mul.) Above, or where the
 // row does not fit (prefill), the rows give the parallelism: x is made once, then
 // loraShrink's warps take a rank row each for a tile of rows.
-// Graph-timed (bench/lora_ops.mjs, H200, rank 16): by block wins up to about 256 blocks
-// (Qwen3-0.6B's qkv shrink at 4 rows, 192 blocks: 3.1 us against 3.9-4.3 staged) and
-// loses past (at 8 rows, 384 blocks: 5.5 us against 4.0; at 16 rows 8.0 against 4.3; on
-// Qwen3-8B 16.4 against 7.3); the old bound of 16 rows sent those by block.
-bool shrinkByBlock(int64_t n, int64_t rankRows);
+// Graph-timed (bench/lora_ops.mjs, H200, rank 16), both layouts do well up to about two
+// blocks an SM and lose past it: by block, Qwen3-0.6B's qkv shrink (48 rank rows) at 4 rows
+// (192 blocks) 3.1 us against 3.9-4.3 staged, at 8 rows (384) 5.5 against 4.0, at 16 rows
+// 8.0 against 4.3 (Qwen3-8B: 16.4 against 7.3); staged, at 64 rows (384 blocks) the norm
+// and the shrink apart took 5.7 us against 8.9 (8B: 7.3 against 12.0).
+// SiLU·mul never shrinks by block: each rank row's block recomputing the row's expf cost
+// more than a launch of its own (SiLU·mul, then loraShrink: 8B's 12288-wide rows 3.9 us at
+// 1 row against 6.4; 0.6B's 2.8 against 3.5).
+bool fewBlocks(int64_t blocks);  // at most two an SM
+inline bool shrinkByBlock(int64_t n, int64_t rankRows) { return fewBlocks(n * rankRows); }
 constexpr int64_t kStagedShrinkRows = 64;
 // A launch gets 48 KiB of shared memory without opting in, static arrays included: the
 // staging kernels' own (reduction partials, 1.3 KiB) come off the top, with room to spare.
@@ -276,25 +281,27 @@ inline int64_t stagedBlocksPerRow(int64_t rankRows, int rb) { return std::max<in
 
 // How a producing kernel (RMSNorm, SiLU·mul) shrinks the n rows it makes of `in` elements
 // of `elem` bytes: after (the plain op, then loraShrink), or in its own launch of `grid`
-// blocks, staged (rb rank rows a block, stageBytes of dynamic shared memory) or by block.
+// blocks, staged (rb rank rows a block, stageBytes of dynamic shared memory) or by block
+// (only where byBlock: the producer's values are cheap to make again for each rank row).
 struct FusedShrink {
   bool after = false, staged = false;
   int rb = 0;
   dim3 grid;
   size_t stageBytes = 0;
 };
-inline FusedShrink fusedShrinkFor(int64_t n, int64_t in, size_t elem, int64_t rankRows) {
+inline FusedShrink fusedShrinkFor(int64_t n, int64_t in, size_t elem, int64_t rankRows, bool byBlock) {
   FusedShrink f;
-  const bool byBlock = shrinkByBlock(n, rankRows);
-  if (!byBlock && (n > kStagedShrinkRows || in * int64_t(elem) > kStageBytes)) {
-    f.after = true;
+  if (shrinkByBlock(n, rankRows)) {
+    f.after = !byBlock;
+    f.grid = dim3(unsigned(n), unsigned(std::max<int64_t>(1, rankRows)));
     return f;
   }
-  f.staged = !byBlock;
-  f.rb = f.staged ? stagedRankRows(n, rankRows) : 0;
-  const int64_t perRow = f.staged ? stagedBlocksPerRow(rankRows, f.rb) : rankRows;
-  f.grid = dim3(unsigned(n), unsigned(std::max<int64_t>(1, perRow)));
-  f.stageBytes = f.staged ? size_t(in) * elem : 0;
+  f.rb = stagedRankRows(n, rankRows);
+  f.staged = n <= kStagedShrinkRows && in * int64_t(elem) <= kStageBytes &&
+             fewBlocks(n * stagedBlocksPerRow(rankRows, f.rb));
+  f.after = !f.staged;
+  f.grid = dim3(unsigned(n), unsigned(stagedBlocksPerRow(rankRows, f.rb)));
+  f.stageBytes = size_t(in) * elem;
   return f;
 }
 

@@ -57,9 +57,9 @@ describeGpu('cuda lora', () => {
 
   // The fused forms against the CPU and against the separate CUDA ops (within rounding):
   // rmsNormShrink and siluMulShrink (a block per rank row of each row while rows × rank rows
-  // stay within twice the SMs, else up to 64 rows a block per few rank rows from the row
-  // staged in shared memory, then, or where the row does not fit, the plain op and the tiled
-  // shrink); linearExpand,
+  // stay within twice the SMs, SiLU·mul then as the op and loraShrink; else up to 64 rows
+  // and two blocks an SM, a block per few rank rows from the row staged in shared memory;
+  // past that, or where the row does not fit, the plain op and loraShrink); linearExpand,
   // plain and accumulating (the expand in the GEMV epilogue up to 4 rows, linear +
   // loraExpand above; accumulating, the adapter's delta joins the projection first).
   describe.each(ACTS)('fused, %s activations', (act) => {
@@ -69,6 +69,7 @@ describeGpu('cuda lora', () => {
       [3, 136, [40, 24, 24], 8],
       [11, 256, [128, 128], 64],  // 1408 rank rows: staged
       [24, 256, [128], 8],  // 192: by block at 24 rows
+      [64, 256, [128, 64, 64], 16],  // 64 rows of 6 staged blocks: past two an SM, the op then loraShrink
       [16, 64, [96], 4],
       [40, 512, [256, 128, 128], 16],
       [100, 256, [128, 64], 8],
