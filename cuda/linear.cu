@@ -91,9 +91,12 @@ __global__ __launch_bounds__(kGemvWarps * 32) void gemvKernel(T* out, const T* x
   const int64_t main = wide.slotOfRow ? wide.in : in;
   // While the kernel before this one finishes (a dependent launch), the warp's weight row
   // heads for L2 (no op of a step writes weights), so that the loop below reads it from
-  // there. Only the first prefetchBlocks blocks: more would evict one another unread.
+  // there: a wide row's b columns too, every slot's (which slot a row runs is not read
+  // yet), or the loads after the loop went to HBM, a round trip at the end of the kernel.
+  // Only the first prefetchBlocks blocks: more would evict one another unread.
+  const int64_t cols = wide.slotOfRow ? wide.in + wide.numSlots * wide.slotCols : in;
   if (blockIdx.x < prefetchBlocks && o < outF)
-    for (int64_t byte = lane * 128; byte < main * int64_t(sizeof(W)); byte += 32 * 128)
+    for (int64_t byte = lane * 128; byte < cols * int64_t(sizeof(W)); byte += 32 * 128)
       prefetchL2(reinterpret_cast<const char*>(wr) + byte);
   awaitPrior();
   if (o >= outF) return;

@@ -127,6 +127,71 @@ __global__ void rmsNormShrinkKernel(T* __restrict__ out, int64_t ldo, const T* _
   storeAndShrinkRow(o, dim, staged, vecRow, rb, t, a, numSlots, slot, row, rankRows, vec, sr, normed8, normed);
 }
 
+// rmsNormShrinkKernel by block (rank row blockIdx.y of row blockIdx.x) for rows whose x, w,
+// out and A all allow 16-byte loads, of at most RUNS runs of 8 a thread: the thread's runs
+// of w load before the wait (a weight), its runs of x once, into registers, and the normed
+// values stay there for its share of the row and for the dot with A's rank row (the
+// general kernel loads x and w twice more, a round trip each). The same sums in the same
+// order as shrinkRowByBlock.
+template <typename T, typename W, typename A, int RUNS>
+__global__ void rmsNormShrinkRunsKernel(T* __restrict__ out, int64_t ldo, const T* __restrict__ x, const W* w,
+                                        int64_t dim, float eps, RankOut<T> t, const A* a, int64_t numSlots,
+                                        const int32_t* slotOfRow, int64_t rankRows, SlotRanks sr) {
+  __shared__ float partial[32];
+  const int64_t stride = int64_t(blockDim.x) * 8, k = blockIdx.y;
+  float wv[RUNS][8], v[RUNS][8];
+#pragma unroll
+  for (int j = 0; j < RUNS; ++j) {
+    const int64_t i = threadIdx.x * 8 + j * stride;
+    if (i < dim) loadVec<W, 8>(wv[j], w + i);
+  }
+  if (blockIdx.x == 0) prefetchRankRows(a, numSlots, rankRows, dim, k, 1);
+  awaitPrior();
+  const int64_t row = blockIdx.x;
+  const int32_t slot = slotOfRow[row];
+  const T* xr = x + row * dim;
+  float ss = 0;
+#pragma unroll
+  for (int j = 0; j < RUNS; ++j) {
+    const int64_t i = threadIdx.x * 8 + j * stride;
+    if (i >= dim) continue;
+    loadVec<T, 8>(v[j], xr + i);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) ss += v[j][e] * v[j][e];
+  }
+  const float r = 1.0f / sqrtf(blockSum(ss, partial) / float(dim) + eps);
+  // The normed row as stored (rounded to T), this block's share of it into out.
+  const int64_t share = stagedShare(dim, gridDim.y), begin = k * share;
+  T* o = out + row * ldo;
+#pragma unroll
+  for (int j = 0; j < RUNS; ++j) {
+    const int64_t i = threadIdx.x * 8 + j * stride;
+    if (i >= dim) continue;
+    T nv[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      nv[e] = fromF<T>(wv[j][e] * (v[j][e] * r));
+      v[j][e] = toF(nv[e]);
+    }
+    if (begin <= i && i < begin + share) storeVec(o + i, nv);
+  }
+  float acc = 0;
+  if (slot > 0 && slot < numSlots && hasRankRow(sr, slot, k, rankRows)) {
+    const A* aRow = a + (int64_t(slot) * rankRows + k) * dim;
+#pragma unroll
+    for (int j = 0; j < RUNS; ++j) {
+      const int64_t i = threadIdx.x * 8 + j * stride;
+      if (i >= dim) continue;
+      float av[8];
+      loadVec<A, 8>(av, aRow + i);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc += v[j][e] * av[e];
+    }
+  }
+  acc = blockSum(acc, partial);
+  if (threadIdx.x == 0) t.store(row, slot, k, rankRows, acc);
+}
+
 // One warp per (token, head) over the q heads then the k heads of fused qkv rows, in place.
 template <typename T, typename W>
 __global__ void headRmsNormKernel(T* qkv, const W* qw, const W* kw, int64_t n, int numHeads, int numKvHeads,
@@ -204,6 +269,15 @@ void rmsNormShrink(DType act, void* out, const void* x, Weights w, int64_t rows,
         const int64_t ldo = wide ? rank.ld : dim;
         const bool vecRow = runsOf8(x, dim, sizeof(T)) && runsOf8(out, ldo, sizeof(T)) &&
                             runsOf8(w.data, dim, sizeof(W));
+        const int64_t runs = (dim + kThreads * 8 - 1) / (kThreads * 8);
+        auto byRuns = [&](auto kernel) {
+          launch("rmsNormShrink kernel", kernel, f.grid, kThreads, 0, static_cast<T*>(out), ldo,
+              static_cast<const T*>(x), static_cast<const W*>(w.data), dim, eps, rank,
+              static_cast<const A*>(lora.a.data), lora.numSlots, lora.slotOfRow, lora.rankRows, lora.ranks);
+        };
+        if (!f.staged && vec && vecRow && runs <= 1) return byRuns(rmsNormShrinkRunsKernel<T, W, A, 1>);
+        if (!f.staged && vec && vecRow && runs <= 2) return byRuns(rmsNormShrinkRunsKernel<T, W, A, 2>);
+        if (!f.staged && vec && vecRow && runs <= 4) return byRuns(rmsNormShrinkRunsKernel<T, W, A, 4>);
         launch("rmsNormShrink kernel", rmsNormShrinkKernel<T, W, A>, f.grid, kThreads, f.stageBytes,
             static_cast<T*>(out), ldo, static_cast<const T*>(x), static_cast<const W*>(w.data), dim, eps,
             rank, static_cast<const A*>(lora.a.data), lora.numSlots, lora.slotOfRow, lora.rankRows,

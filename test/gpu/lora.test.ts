@@ -69,6 +69,8 @@ describeGpu('cuda lora', () => {
       [3, 136, [40, 24, 24], 8],
       [11, 256, [128, 128], 64],  // 1408 rank rows: staged
       [24, 256, [128], 8],  // 192: by block at 24 rows
+      [2, 4096, [64, 32], 16],  // by block, the norm's row held in registers (2 runs of 8 a thread)
+      [1, 8192, [128], 8],  // the same, 4 runs
       [64, 256, [128, 64, 64], 16],  // 64 rows of 6 staged blocks: past two an SM, the op then loraShrink
       [16, 64, [96], 4],
       [40, 512, [256, 128, 128], 16],
