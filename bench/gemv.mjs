@@ -8,44 +8,28 @@
 // Needs dist/ and the addon (as bench/gpu_session.sh). Prints µs per GEMV and its share of
 // the measured bandwidth.
 import { addon } from '../dist/lib/addon/index.js';
+import { copiesPast, graphTimedUs } from './graph_timing.mjs';
 
 const SHAPES = [
   ['8B qkv', 4096, 6144], ['8B o', 4096, 4096], ['8B gate_up', 4096, 24576], ['8B down', 12288, 4096],
   ['0.6B qkv', 1024, 4096], ['0.6B o', 2048, 1024], ['0.6B gate_up', 1024, 6144], ['0.6B down', 3072, 1024],
 ];
 const L2_PAST = 256 * 2 ** 20;  // bytes of weight copies cycled: several times the H200's 50 MB L2
-const REPS = 7;
 
 const gbps = addon.cudaReadBandwidth(2 ** 31, 5);
 console.log(`HBM read bandwidth: ${gbps.toFixed(0)} GB/s`);
 const wave = (n) => Float32Array.from({ length: n }, (_, i) => Math.sin(i * 0.37) * 0.02);
 for (const [name, inF, outF] of SHAPES) {
   const bytes = inF * outF * 2;
-  const copies = Math.max(2, Math.ceil(L2_PAST / bytes));
   const one = addon.fromArray('bf16', [outF, inF], wave(outF * inF), 'cuda');
-  const ws = Array.from({ length: copies }, () => {
-    const w = addon.empty('bf16', [outF, inF], 'cuda');
-    addon.copyRegion(w, one, 0, 0, 1, false);
-    return w;
-  });
+  const ws = copiesPast(one, L2_PAST);
   for (const n of [1, 4]) {
     const x = addon.fromArray('bf16', [n, inF], wave(n * inF), 'cuda');
     const out = addon.empty('bf16', [n, outF], 'cuda');
-    const graph = addon.captureGraph(() => { for (const w of ws) addon.linear(out, x, w, null); });
-    graph.replay();
-    addon.synchronize();
-    const samples = [];
-    for (let r = 0; r < REPS; r++) {
-      const t0 = performance.now();
-      graph.replay();
-      addon.synchronize();
-      samples.push((performance.now() - t0) / copies);
-    }
-    samples.sort((a, b) => a - b);
-    const us = samples[REPS >> 1] * 1e3;
+    const us = graphTimedUs(ws.length, (i) => addon.linear(out, x, ws[i], null));
+    const achieved = bytes / (us * 1e-6) / 1e9;
     console.log(`${name.padEnd(13)} ${String(inF).padStart(5)} -> ${String(outF).padEnd(5)} n=${n}: ${us.toFixed(2).padStart(7)} us, ` +
-      `${(bytes / (us * 1e-6) / 1e9).toFixed(0).padStart(4)} GB/s, ${((bytes / (us * 1e-6) / 1e9 / gbps) * 100).toFixed(1)}% of measured`);
-    graph.dispose();
+      `${achieved.toFixed(0).padStart(4)} GB/s, ${((achieved / gbps) * 100).toFixed(1)}% of measured`);
     x.dispose();
     out.dispose();
   }

@@ -9,39 +9,24 @@
 //
 // Needs dist/ and the addon (as bench/gpu_session.sh). Prints µs per op.
 import { addon } from '../dist/lib/addon/index.js';
+import { copiesPast, graphTimedUs } from './graph_timing.mjs';
 
 const MODELS = [['0.6B', 1024, 3072, 2048], ['8B', 4096, 12288, 4096]];  // hidden, intermediate, o's input
 const ROWS = (process.env.ROWS ?? '1,4,8,16,32,64').split(',').map(Number);
-const SLOTS = 3, R = 16, L2_PAST = 128 * 2 ** 20, REPS = 7;
+const SLOTS = 3, R = 16, L2_PAST = 128 * 2 ** 20;
 
 const wave = (n, phase = 0) => Float32Array.from({ length: n }, (_, i) => Math.sin(i * 0.37 + phase) * 0.5);
 const bf16 = (shape, phase) => addon.fromArray('bf16', shape, wave(shape.reduce((a, b) => a * b, 1), phase), 'cuda');
 
-/** µs per call of op(i) (i cycles over `copies`), in a graph of `copies` calls. */
-function timed(copies, op) {
-  const graph = addon.captureGraph(() => { for (let i = 0; i < copies; i++) op(i); });
-  graph.replay();
-  addon.synchronize();
-  const samples = [];
-  for (let r = 0; r < REPS; r++) {
-    const t0 = performance.now();
-    graph.replay();
-    addon.synchronize();
-    samples.push((performance.now() - t0) / copies);
-  }
-  graph.dispose();
-  samples.sort((a, b) => a - b);
-  return samples[REPS >> 1] * 1e3;
-}
-
 /** Copies of A [SLOTS, rankRows, inF] past L2. */
 function aCopies(rankRows, inF) {
-  const copies = Math.max(4, Math.ceil(L2_PAST / (SLOTS * rankRows * inF * 2)));
   const one = bf16([SLOTS * rankRows, inF], 1);
-  return Array.from({ length: Math.min(copies, 256) }, () => {
-    const a = addon.empty('bf16', [SLOTS * rankRows, inF], 'cuda');
-    addon.copyRegion(a, one, 0, 0, 1, false);
-    return a.view([SLOTS, rankRows, inF]);
+  const copies = copiesPast(one, L2_PAST, 4);
+  one.dispose();
+  return copies.map((a) => {
+    const view = a.view([SLOTS, rankRows, inF]);
+    a.dispose();
+    return view;
   });
 }
 
@@ -55,12 +40,12 @@ for (const [model, hidden, inter, oIn] of MODELS) {
     const wide = (inF, rankRows) => addon.empty('bf16', [n, inF + SLOTS * rankRows], 'cuda');
     const wQkv = wide(hidden, 3 * R), wGu = wide(hidden, 2 * R), wDown = wide(inter, R), wO = wide(oIn, R);
     const us = {
-      rmsNorm: timed(64, () => addon.rmsNorm(plain, x, norm, 1e-6)),
-      'rmsNorm+shrink qkv': timed(aQkv.length, (i) => addon.rmsNormShrink(wQkv, x, norm, 1e-6, null, aQkv[i], slots)),
-      'rmsNorm+shrink gate_up': timed(aGu.length, (i) => addon.rmsNormShrink(wGu, x, norm, 1e-6, null, aGu[i], slots)),
-      siluMul: timed(64, () => addon.siluMul(act, gateUp)),
-      'siluMul+shrink down': timed(aDown.length, (i) => addon.siluMulShrink(wDown, gateUp, null, aDown[i], slots)),
-      'shrink o': timed(aO.length, (i) => addon.loraShrink(wO, attn, aO[i], slots)),
+      rmsNorm: graphTimedUs(64, () => addon.rmsNorm(plain, x, norm, 1e-6)),
+      'rmsNorm+shrink qkv': graphTimedUs(aQkv.length, (i) => addon.rmsNormShrink(wQkv, x, norm, 1e-6, null, aQkv[i], slots)),
+      'rmsNorm+shrink gate_up': graphTimedUs(aGu.length, (i) => addon.rmsNormShrink(wGu, x, norm, 1e-6, null, aGu[i], slots)),
+      siluMul: graphTimedUs(64, () => addon.siluMul(act, gateUp)),
+      'siluMul+shrink down': graphTimedUs(aDown.length, (i) => addon.siluMulShrink(wDown, gateUp, null, aDown[i], slots)),
+      'shrink o': graphTimedUs(aO.length, (i) => addon.loraShrink(wO, attn, aO[i], slots)),
     };
     console.log(`${model} n=${String(n).padStart(2)}: ` + Object.entries(us).map(([k, v]) => `${k} ${v.toFixed(2)}`).join(', '));
     for (const t of [slots, x, gateUp, attn, plain, act, wQkv, wGu, wDown, wO]) t.dispose();

@@ -25,42 +25,59 @@ __global__ void rmsNormKernel(T* out, int64_t ldo, const T* x, const W* w, int64
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) o[i] = fromF<T>(toF(w[i]) * (toF(xr[i]) * r));
 }
 
-// rmsNormKernel for rows that allow 16-byte loads (runsOf8) of at most RUNS runs of 8 a
-// thread: a thread holds its runs of x in registers, so the row is read once, in one round
-// trip; its runs of w (a weight: no op writes it) load before the wait, while the kernel
-// before this one finishes. (The loop above, one element a step, took 6.6 us for a 4096-wide
-// row of Qwen3-8B at 1-64 rows against 2.3 us for Qwen3-0.6B's 1024: a round trip each.)
+// A thread's share of a row held in registers, for rows that allow 16-byte loads (runsOf8)
+// of at most RUNS runs of 8 a thread (run j at at(j)): w's runs load before the wait (a
+// weight: no op writes it), while the kernel before this one finishes; x's once, in one
+// round trip, after it. (A loop of one element a step took 6.6 us for a 4096-wide row of
+// Qwen3-8B at 1-64 rows against 2.3 us for Qwen3-0.6B's 1024: a round trip each.)
+template <typename T, typename W, int RUNS>
+struct RowRuns {
+  float w[RUNS][8], x[RUNS][8];
+  int64_t dim;
+
+  __device__ static int64_t at(int j) { return threadIdx.x * 8 + int64_t(j) * blockDim.x * 8; }
+  __device__ void loadWeight(const W* weight) {
+#pragma unroll
+    for (int j = 0; j < RUNS; ++j)
+      if (at(j) < dim) loadVec<W, 8>(w[j], weight + at(j));
+  }
+  // Loads the row and returns its scale 1 / sqrt(mean(x^2) + eps) (the whole block calls it).
+  __device__ float loadRow(const T* row, float eps, float* partial) {
+    float ss = 0;
+#pragma unroll
+    for (int j = 0; j < RUNS; ++j) {
+      if (at(j) >= dim) continue;
+      loadVec<T, 8>(x[j], row + at(j));
+#pragma unroll
+      for (int e = 0; e < 8; ++e) ss += x[j][e] * x[j][e];
+    }
+    return 1.0f / sqrtf(blockSum(ss, partial) / float(dim) + eps);
+  }
+  // Run j normed as the op stores it, into v; x[j] then holds the same values.
+  __device__ void norm(int j, float r, T (&v)[8]) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      v[e] = fromF<T>(w[j][e] * (x[j][e] * r));
+      x[j][e] = toF(v[e]);
+    }
+  }
+};
+
+// rmsNormKernel for rows RowRuns can hold.
 template <typename T, typename W, int RUNS>
 __global__ void rmsNormRunsKernel(T* out, int64_t ldo, const T* x, const W* w, int64_t dim, float eps) {
   __shared__ float partial[32];
-  float wv[RUNS][8], xv[RUNS][8];
-  const int64_t stride = int64_t(blockDim.x) * 8;
-#pragma unroll
-  for (int k = 0; k < RUNS; ++k) {
-    const int64_t i = threadIdx.x * 8 + k * stride;
-    if (i < dim) loadVec<W, 8>(wv[k], w + i);
-  }
+  RowRuns<T, W, RUNS> runs{{}, {}, dim};
+  runs.loadWeight(w);
   awaitPrior();
-  const T* xr = x + blockIdx.x * dim;
+  const float r = runs.loadRow(x + blockIdx.x * dim, eps, partial);
   T* o = out + blockIdx.x * ldo;
-  float ss = 0;
 #pragma unroll
-  for (int k = 0; k < RUNS; ++k) {
-    const int64_t i = threadIdx.x * 8 + k * stride;
-    if (i >= dim) continue;
-    loadVec<T, 8>(xv[k], xr + i);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) ss += xv[k][e] * xv[k][e];
-  }
-  const float r = 1.0f / sqrtf(blockSum(ss, partial) / float(dim) + eps);
-#pragma unroll
-  for (int k = 0; k < RUNS; ++k) {
-    const int64_t i = threadIdx.x * 8 + k * stride;
-    if (i >= dim) continue;
+  for (int j = 0; j < RUNS; ++j) {
+    if (runs.at(j) >= dim) continue;
     T v[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) v[e] = fromF<T>(wv[k][e] * (xv[k][e] * r));
-    storeVec(o + i, v);
+    runs.norm(j, r, v);
+    storeVec(o + runs.at(j), v);
   }
 }
 
@@ -127,65 +144,42 @@ __global__ void rmsNormShrinkKernel(T* __restrict__ out, int64_t ldo, const T* _
   storeAndShrinkRow(o, dim, staged, vecRow, rb, t, a, numSlots, slot, row, rankRows, vec, sr, normed8, normed);
 }
 
-// rmsNormShrinkKernel by block (rank row blockIdx.y of row blockIdx.x) for rows whose x, w,
-// out and A all allow 16-byte loads, of at most RUNS runs of 8 a thread: the thread's runs
-// of w load before the wait (a weight), its runs of x once, into registers, and the normed
-// values stay there for its share of the row and for the dot with A's rank row (the
-// general kernel loads x and w twice more, a round trip each). The same sums in the same
-// order as shrinkRowByBlock.
+// rmsNormShrinkKernel by block (rank row blockIdx.y of row blockIdx.x) for rows RowRuns can
+// hold whose out and A allow 16-byte loads too: the normed values stay in registers for
+// the block's share of the row and for the dot with A's rank row (the general kernel loads
+// x and w twice more, a round trip each). The same sums in the same order as
+// shrinkRowByBlock.
 template <typename T, typename W, typename A, int RUNS>
 __global__ void rmsNormShrinkRunsKernel(T* __restrict__ out, int64_t ldo, const T* __restrict__ x, const W* w,
                                         int64_t dim, float eps, RankOut<T> t, const A* a, int64_t numSlots,
                                         const int32_t* slotOfRow, int64_t rankRows, SlotRanks sr) {
   __shared__ float partial[32];
-  const int64_t stride = int64_t(blockDim.x) * 8, k = blockIdx.y;
-  float wv[RUNS][8], v[RUNS][8];
-#pragma unroll
-  for (int j = 0; j < RUNS; ++j) {
-    const int64_t i = threadIdx.x * 8 + j * stride;
-    if (i < dim) loadVec<W, 8>(wv[j], w + i);
-  }
-  if (blockIdx.x == 0) prefetchRankRows(a, numSlots, rankRows, dim, k, 1);
+  const int64_t k = blockIdx.y, row = blockIdx.x;
+  RowRuns<T, W, RUNS> runs{{}, {}, dim};
+  runs.loadWeight(w);
+  if (row == 0) prefetchRankRows(a, numSlots, rankRows, dim, k, 1);
   awaitPrior();
-  const int64_t row = blockIdx.x;
   const int32_t slot = slotOfRow[row];
-  const T* xr = x + row * dim;
-  float ss = 0;
-#pragma unroll
-  for (int j = 0; j < RUNS; ++j) {
-    const int64_t i = threadIdx.x * 8 + j * stride;
-    if (i >= dim) continue;
-    loadVec<T, 8>(v[j], xr + i);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) ss += v[j][e] * v[j][e];
-  }
-  const float r = 1.0f / sqrtf(blockSum(ss, partial) / float(dim) + eps);
-  // The normed row as stored (rounded to T), this block's share of it into out.
+  const float r = runs.loadRow(x + row * dim, eps, partial);
+  // The normed row into registers, and this block's share of it into out.
   const int64_t share = stagedShare(dim, gridDim.y), begin = k * share;
-  T* o = out + row * ldo;
 #pragma unroll
   for (int j = 0; j < RUNS; ++j) {
-    const int64_t i = threadIdx.x * 8 + j * stride;
-    if (i >= dim) continue;
-    T nv[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      nv[e] = fromF<T>(wv[j][e] * (v[j][e] * r));
-      v[j][e] = toF(nv[e]);
-    }
-    if (begin <= i && i < begin + share) storeVec(o + i, nv);
+    if (runs.at(j) >= dim) continue;
+    T v[8];
+    runs.norm(j, r, v);
+    if (begin <= runs.at(j) && runs.at(j) < begin + share) storeVec(out + row * ldo + runs.at(j), v);
   }
   float acc = 0;
   if (slot > 0 && slot < numSlots && hasRankRow(sr, slot, k, rankRows)) {
     const A* aRow = a + (int64_t(slot) * rankRows + k) * dim;
 #pragma unroll
     for (int j = 0; j < RUNS; ++j) {
-      const int64_t i = threadIdx.x * 8 + j * stride;
-      if (i >= dim) continue;
+      if (runs.at(j) >= dim) continue;
       float av[8];
-      loadVec<A, 8>(av, aRow + i);
+      loadVec<A, 8>(av, aRow + runs.at(j));
 #pragma unroll
-      for (int e = 0; e < 8; ++e) acc += v[j][e] * av[e];
+      for (int e = 0; e < 8; ++e) acc += runs.x[j][e] * av[e];
     }
   }
   acc = blockSum(acc, partial);
