@@ -16,7 +16,6 @@ import type { ServeConfig } from '../config/schema.js';
 import type { CellReport } from './cell.js';
 import type { HbmBandwidth } from './hbm.js';
 
-
 const DTYPE_BYTES = { bf16: 2, f16: 2, f32: 4 } as const;
 
 export interface ModelBytes {
