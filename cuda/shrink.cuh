@@ -46,9 +46,8 @@ RankOut<T> rankOut(void* out, int64_t in, const LoraShrinkArgs& lora) {
 // This lane's share of x · aRow over the runs part, part + parts, ... of the row: a run is
 // 256 elements where vec (a's rows allow 16-byte loads, 8 consecutive elements a lane),
 // else 32. xAt(i) gives x's element i; x8(i, xv), where vecX, its elements i .. i + 7 from
-// 16-byte loads (one element at a time, a producer's recomputed row took a round trip per
-// element: SiLU·mul + shrink of Qwen3-8B's 12288-wide rows 7.2 us at 1 row, against 1.1
-// for SiLU·mul alone).
+// 16-byte loads (with them, and the producers' rows read and written in runs of 8, Qwen3-8B's
+// norm + shrink at 1 row took 3.0 us instead of 5.2, o's shrink 2.1 instead of 4.3).
 template <typename A, typename F, typename F8>
 __device__ __forceinline__ float shrinkPart(const A* aRow, int64_t in, int part, int parts, int lane, bool vec,
                                             bool vecX, F&& xAt, F8&& x8) {
