@@ -18,15 +18,15 @@ __global__ void siluMulKernel(T* out, int64_t ldo, const T* gateUp, int64_t n, i
 }
 
 // siluMul of row blockIdx.x, and the LoRA shrink of that row where it is made: the row's
-// gridDim.y blocks each store their share of the columns and shrink (storeAndShrinkRow:
-// staged, or by block).
+// gridDim.y blocks each store their share of the columns and shrink rb rank rows from the
+// row staged in shared memory (storeAndShrinkRow; SiLU·mul never shrinks by block, see
+// fusedShrinkFor).
 template <typename T, typename A>
 __global__ void siluMulShrinkKernel(T* __restrict__ out, int64_t ldo, const T* __restrict__ gateUp, int64_t inter,
                                     RankOut<T> t, const A* a,
-                                    int64_t numSlots, const int32_t* slotOfRow, int64_t rankRows, bool vec, bool staged,
+                                    int64_t numSlots, const int32_t* slotOfRow, int64_t rankRows, bool vec,
                                     bool vecRow, int rb, SlotRanks sr) {
-  if (blockIdx.x == 0)
-    prefetchRankRows(a, numSlots, rankRows, inter, staged ? int64_t(blockIdx.y) * rb : blockIdx.y, staged ? rb : 1);
+  if (blockIdx.x == 0) prefetchRankRows(a, numSlots, rankRows, inter, int64_t(blockIdx.y) * rb, rb);
   awaitPrior();
   const int64_t row = blockIdx.x;
   const int32_t slot = slotOfRow[row];  // loaded first: the shrink waits for it last
@@ -41,7 +41,7 @@ __global__ void siluMulShrinkKernel(T* __restrict__ out, int64_t ldo, const T* _
 #pragma unroll
     for (int e = 0; e < 8; ++e) v[e] = silu(gv[e], uv[e]);
   };
-  storeAndShrinkRow(o, inter, staged, vecRow, rb, t, a, numSlots, slot, row, rankRows, vec, sr, act8, act);
+  storeAndShrinkRow(o, inter, true, vecRow, rb, t, a, numSlots, slot, row, rankRows, vec, sr, act8, act);
 }
 
 template <typename T>
@@ -84,7 +84,7 @@ void siluMulShrink(DType act, void* out, const void* gateUp, int64_t n, int64_t 
       const bool vecRow = runsOf8(gateUp, inter, sizeof(T)) && runsOf8(out, ldo, sizeof(T));
       launch("siluMulShrink kernel", siluMulShrinkKernel<T, A>, f.grid, 256, f.stageBytes, static_cast<T*>(out), ldo,
           static_cast<const T*>(gateUp), inter, rank, static_cast<const A*>(lora.a.data),
-          lora.numSlots, lora.slotOfRow, lora.rankRows, vec, f.staged, vecRow, f.rb, lora.ranks);
+          lora.numSlots, lora.slotOfRow, lora.rankRows, vec, vecRow, f.rb, lora.ranks);
     });
   });
 }

@@ -1,5 +1,7 @@
 // RMSNorm variants, as transformers computes them: x * (1 / sqrt(mean(x^2) + eps)), then * w.
 // Sums of squares in f32 (the CPU sums in f64; the difference is far below bf16's step).
+#include <type_traits>
+
 #include "common.cuh"
 #include "shrink.cuh"
 
@@ -62,6 +64,18 @@ struct RowRuns {
     }
   }
 };
+
+// Calls f(std::integral_constant<int, RUNS>{}) with the RUNS of the RowRuns that holds a row
+// of dim elements (1, 2 or 4 runs a thread of kThreads) and returns true; false where none does.
+template <typename F>
+bool withRowRuns(int64_t dim, F&& f) {
+  const int64_t runs = (dim + kThreads * 8 - 1) / (kThreads * 8);
+  if (runs <= 1) f(std::integral_constant<int, 1>{});
+  else if (runs <= 2) f(std::integral_constant<int, 2>{});
+  else if (runs <= 4) f(std::integral_constant<int, 4>{});
+  else return false;
+  return true;
+}
 
 // rmsNormKernel for rows RowRuns can hold.
 template <typename T, typename W, int RUNS>
@@ -216,16 +230,14 @@ void rmsNorm(DType act, void* out, const void* x, Weights w, int64_t rows, int64
     withFloat(w.dtype, [&](auto wt) {
       using T = decltype(t);
       using W = decltype(wt);
-      const int64_t ld = ldo ? ldo : dim, runs = (dim + kThreads * 8 - 1) / (kThreads * 8);
-      auto args = [&](auto kernel, const char* what) {
-        launch(what, kernel, unsigned(rows), kThreads, 0, static_cast<T*>(out), ld, static_cast<const T*>(x),
-            static_cast<const W*>(w.data), dim, eps);
+      const int64_t ld = ldo ? ldo : dim;
+      auto args = [&](auto kernel) {
+        launch("rmsNorm kernel", kernel, unsigned(rows), kThreads, 0, static_cast<T*>(out), ld,
+            static_cast<const T*>(x), static_cast<const W*>(w.data), dim, eps);
       };
       const bool vec = runsOf8(x, dim, sizeof(T)) && runsOf8(out, ld, sizeof(T)) && runsOf8(w.data, dim, sizeof(W));
-      if (vec && runs <= 1) args(rmsNormRunsKernel<T, W, 1>, "rmsNorm kernel");
-      else if (vec && runs <= 2) args(rmsNormRunsKernel<T, W, 2>, "rmsNorm kernel");
-      else if (vec && runs <= 4) args(rmsNormRunsKernel<T, W, 4>, "rmsNorm kernel");
-      else args(rmsNormKernel<T, W>, "rmsNorm kernel");
+      if (vec && withRowRuns(dim, [&](auto runs) { args(rmsNormRunsKernel<T, W, decltype(runs)::value>); })) return;
+      args(rmsNormKernel<T, W>);
     });
   });
 }
@@ -263,15 +275,12 @@ void rmsNormShrink(DType act, void* out, const void* x, Weights w, int64_t rows,
         const int64_t ldo = wide ? rank.ld : dim;
         const bool vecRow = runsOf8(x, dim, sizeof(T)) && runsOf8(out, ldo, sizeof(T)) &&
                             runsOf8(w.data, dim, sizeof(W));
-        const int64_t runs = (dim + kThreads * 8 - 1) / (kThreads * 8);
-        auto byRuns = [&](auto kernel) {
-          launch("rmsNormShrink kernel", kernel, f.grid, kThreads, 0, static_cast<T*>(out), ldo,
-              static_cast<const T*>(x), static_cast<const W*>(w.data), dim, eps, rank,
+        auto byRuns = [&](auto runs) {
+          launch("rmsNormShrink kernel", rmsNormShrinkRunsKernel<T, W, A, decltype(runs)::value>, f.grid, kThreads, 0,
+              static_cast<T*>(out), ldo, static_cast<const T*>(x), static_cast<const W*>(w.data), dim, eps, rank,
               static_cast<const A*>(lora.a.data), lora.numSlots, lora.slotOfRow, lora.rankRows, lora.ranks);
         };
-        if (!f.staged && vec && vecRow && runs <= 1) return byRuns(rmsNormShrinkRunsKernel<T, W, A, 1>);
-        if (!f.staged && vec && vecRow && runs <= 2) return byRuns(rmsNormShrinkRunsKernel<T, W, A, 2>);
-        if (!f.staged && vec && vecRow && runs <= 4) return byRuns(rmsNormShrinkRunsKernel<T, W, A, 4>);
+        if (!f.staged && vec && vecRow && withRowRuns(dim, byRuns)) return;
         launch("rmsNormShrink kernel", rmsNormShrinkKernel<T, W, A>, f.grid, kThreads, f.stageBytes,
             static_cast<T*>(out), ldo, static_cast<const T*>(x), static_cast<const W*>(w.data), dim, eps,
             rank, static_cast<const A*>(lora.a.data), lora.numSlots, lora.slotOfRow, lora.rankRows,
