@@ -21,6 +21,7 @@
 // Prefill steps in bf16 go to the tensor-core kernel (attention_prefill.cu).
 #include <cmath>
 #include <mutex>
+#include <unordered_map>
 
 #include "attention_prefill.cuh"
 #include "common.cuh"
@@ -52,6 +53,7 @@ struct Args {
   float* partO;   // [tokens, numHeads, numSplits, headDim], each split's normalised output
   float* partML;  // [tokens, numHeads, numSplits, 2]: its running max and sum of weights
   int* tickets;   // streamKernel: [tokens, gridDim.y], zero between launches; null: combineKernel merges
+  bool vec;       // generalKernel: the head is exactly 32 * DPL dims and rows are aligned
 };
 
 // Lane `lane`'s DPL dims (lane * DPL + i) of one head row; vec: the head has exactly
@@ -146,25 +148,40 @@ __device__ void finishBlock(const Args& p, int64_t t, int h0, int split, bool di
   }
 }
 
-// Head h of token t from its first `used` splits' partials (the others hold no keys):
-// weights e^(m_s - M) * l_s. Threads d0, d0 + dStep, ... take the head dims. Loads go
-// through L2 (__ldcg): the partials may have been written by other blocks just before.
-template <typename T>
-__device__ void mergeHead(const Args& p, int64_t t, int h, int used, int d0, int dStep) {
+// Heads h0 .. h0 + G - 1 of token t from their first `used` splits' partials (the others
+// hold no keys): weights e^(m_s - M) * l_s. Every load of a phase is issued together, the
+// split statistics by one thread each, then each output's partials eight at a time: this
+// merge is the last of a decode step's attention and its time is round trips through L2.
+// Loads go through L2 (__ldcg): the partials may have been written by other blocks just before.
+template <typename T, int G>
+__device__ void mergeSplits(const Args& p, int64_t t, int h0, int used) {
+  __shared__ float sM[G][kMaxSplits], sL[G][kMaxSplits], sW[G][kMaxSplits];
   const int hd = p.headDim;
-  const int64_t base = (t * p.numHeads + h) * p.numSplits;
-  float M = -INFINITY;
-  for (int s = 0; s < used; ++s) M = fmaxf(M, __ldcg(p.partML + (base + s) * 2));
-  for (int d = d0; d < hd; d += dStep) {
+  const int64_t base = (t * p.numHeads + h0) * p.numSplits;  // head h0 + g, split s: base + g * numSplits + s
+  for (int e = threadIdx.x; e < G * used; e += blockDim.x) {
+    const int g = e / used, s = e % used;
+    const float2 ml = __ldcg(reinterpret_cast<const float2*>(p.partML) + base + g * p.numSplits + s);
+    sM[g][s] = ml.x;
+    sL[g][s] = ml.y;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < G * used; e += blockDim.x) {
+    const int g = e / used, s = e % used;
+    float M = -INFINITY;
+    for (int i = 0; i < used; ++i) M = fmaxf(M, sM[g][i]);
+    sW[g][s] = M == -INFINITY ? 0.0f : expf(sM[g][s] - M) * sL[g][s];
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < G * hd; e += blockDim.x) {
+    const int g = e / hd, d = e % hd;
+    const float* o = p.partO + (base + g * p.numSplits) * hd + d;
     float L = 0, O = 0;
-    if (M != -INFINITY) {
-      for (int s = 0; s < used; ++s) {
-        float f = expf(__ldcg(p.partML + (base + s) * 2) - M) * __ldcg(p.partML + (base + s) * 2 + 1);
-        L += f;
-        O += __ldcg(p.partO + (base + s) * hd + d) * f;
-      }
+#pragma unroll 8
+    for (int s = 0; s < used; ++s) {
+      L += sW[g][s];
+      O += sW[g][s] * __ldcg(o + int64_t(s) * hd);
     }
-    static_cast<T*>(p.out)[(t * p.numHeads + h) * hd + d] = fromF<T>(L > 0 ? O / L : 0.0f);
+    static_cast<T*>(p.out)[(t * p.numHeads + h0 + g) * hd + d] = fromF<T>(L > 0 ? O / L : 0.0f);
   }
 }
 
@@ -179,12 +196,12 @@ __device__ __forceinline__ float groupSum(float v) {
 // Head dim HD with rows of C aligned to 16 bytes: lanes sub = lane % LPK of group
 // lane / LPK hold elements [sub * EPL, sub * EPL + EPL) of one key row.
 template <typename T, typename C, int HD, int GT>
-__global__ __launch_bounds__(kWarps * 32) void streamKernel(Args p) {
+__global__ __launch_bounds__(kWarps * 32, GT <= 2 ? 5 : GT == 4 ? 4 : 2) void streamKernel(Args p) {
   awaitPrior();
   constexpr int EPL = 16 / int(sizeof(C));  // elements per 16-byte load
   constexpr int LPK = HD / EPL;             // lanes per key row
   constexpr int KPW = 32 / LPK;             // keys per warp per load round
-  constexpr int U = GT >= 8 ? 2 : 4;        // load rounds in flight
+  constexpr int U = GT >= 8 ? 1 : 2;        // keys a lane group holds in a round (two rounds in flight)
   static_assert(LPK <= 32 && 32 % LPK == 0, "a key row must fit one warp");
   __shared__ float sM[kWarps][GT], sL[kWarps][GT];
   __shared__ float sAcc[kWarps][GT][HD];
@@ -223,21 +240,43 @@ __global__ __launch_bounds__(kWarps * 32) void streamKernel(Args p) {
   const C* kBase = static_cast<const C*>(p.k) + int64_t(kvh) * HD + sub * EPL;
   const C* vBase = static_cast<const C*>(p.v) + int64_t(kvh) * HD + sub * EPL;
 
-  for (int64_t c0 = kBegin + warp * (KPW * U); c0 < kEnd; c0 += kWarps * KPW * U) {
-    // Every load of the round first; masked keys load nothing (unwritten rows may be NaN).
-    uint4 kr[U], vr[U];
-    bool ok[U];
+  // A round is U keys per lane group. Its keys' cache rows are looked up two rounds before
+  // their use and their K and V rows loaded one round before, so a warp always has a round
+  // of loads in flight and the table's round trip is off the path.
+  const int64_t stride = int64_t(kWarps) * KPW * U;
+  // (Rows in 32 bits, as the host checks: registers hold three rounds of them.)
+  auto lookup = [&](int64_t c0, int32_t (&slot)[U]) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      int64_t key = c0 + u * KPW + grp;
-      int64_t slot = key < kEnd ? slotOf(p, keys.table, key) : -1;
-      ok[u] = slot >= 0;
+      const int64_t key = c0 + u * KPW + grp;
+      slot[u] = key < kEnd ? int32_t(slotOf(p, keys.table, key)) : -1;
+    }
+  };
+  // Masked keys load nothing (unwritten rows may be NaN).
+  auto fetch = [&](const int32_t (&slot)[U], uint4 (&kr)[U], uint4 (&vr)[U]) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
       kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
-      if (ok[u]) {
-        kr[u] = *reinterpret_cast<const uint4*>(kBase + slot * kvWidth);
-        vr[u] = *reinterpret_cast<const uint4*>(vBase + slot * kvWidth);
+      if (slot[u] >= 0) {
+        kr[u] = *reinterpret_cast<const uint4*>(kBase + int64_t(slot[u]) * kvWidth);
+        vr[u] = *reinterpret_cast<const uint4*>(vBase + int64_t(slot[u]) * kvWidth);
       }
     }
+  };
+  int64_t c0 = kBegin + warp * (KPW * U);
+  int32_t slot[U], next[U];
+  uint4 kr[U], vr[U];
+  lookup(c0, slot);
+  fetch(slot, kr, vr);
+  lookup(c0 + stride, next);
+  for (; c0 < kEnd; c0 += stride) {
+    uint4 nk[U], nv[U];
+    int32_t after[U];
+    fetch(next, nk, nv);
+    lookup(c0 + 2 * stride, after);
+    bool ok[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) ok[u] = slot[u] >= 0;
     float s[U][GT];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -271,6 +310,13 @@ __global__ __launch_bounds__(kWarps * 32) void streamKernel(Args p) {
         for (int i = 0; i < EPL; ++i) acc[g][i] += w * toF(e[i]);
       }
       m[g] = mNew;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      slot[u] = next[u];
+      next[u] = after[u];
+      kr[u] = nk[u];
+      vr[u] = nv[u];
     }
   }
 
@@ -306,12 +352,13 @@ __global__ __launch_bounds__(kWarps * 32) void streamKernel(Args p) {
   __syncthreads();
   if (!last) return;
   __threadfence();
-  for (int g = 0; g < GT; ++g) mergeHead<T>(p, t, h0 + g, used, threadIdx.x, blockDim.x);
+  mergeSplits<T, GT>(p, t, h0, used);
   if (threadIdx.x == 0) *ticket = 0;  // ready for the next launch
 }
 
 template <typename T, typename C, int DPL, int GT>
-__global__ __launch_bounds__(kWarps * 32) void generalKernel(Args p, bool vec) {
+__global__ __launch_bounds__(kWarps * 32) void generalKernel(Args p) {
+  const bool vec = p.vec;
   awaitPrior();
   __shared__ float sM[kWarps][GT], sL[kWarps][GT];
   __shared__ float sAcc[kWarps][GT][32 * DPL];
@@ -418,7 +465,7 @@ __global__ void combineKernel(Args p, bool streamed) {
   const int64_t count = keysOf(p, t).count;
   const int64_t per = streamed ? streamShare(p, count) : p.splitKeys;
   const int used = int(min(int64_t(p.numSplits), (count + per - 1) / per));
-  mergeHead<T>(p, t, blockIdx.y, used, threadIdx.x, blockDim.x);
+  mergeSplits<T, 1>(p, t, blockIdx.y, used);
 }
 
 // streamKernel's tickets: one int per (token, block row) of a launch, zero between
@@ -439,24 +486,30 @@ int* tickets(size_t needed) {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+using Kernel = void (*)(Args);
+
 template <typename T, typename C, int DPL>
-void launchGeneral(int gt, dim3 grid, const Args& a, bool vec) {
-  switch (gt) {
-    case 8: launch("pagedAttention kernel", generalKernel<T, C, DPL, 8>, grid, kWarps * 32, 0, a, vec); break;
-    case 4: launch("pagedAttention kernel", generalKernel<T, C, DPL, 4>, grid, kWarps * 32, 0, a, vec); break;
-    case 2: launch("pagedAttention kernel", generalKernel<T, C, DPL, 2>, grid, kWarps * 32, 0, a, vec); break;
-    default: launch("pagedAttention kernel", generalKernel<T, C, DPL, 1>, grid, kWarps * 32, 0, a, vec); break;
-  }
+Kernel generalKernelFor(int gt) {
+  return gt == 8 ? generalKernel<T, C, DPL, 8> : gt == 4 ? generalKernel<T, C, DPL, 4>
+       : gt == 2 ? generalKernel<T, C, DPL, 2> : generalKernel<T, C, DPL, 1>;
 }
 
 template <typename T, typename C, int HD>
-void launchStream(int gt, dim3 grid, const Args& a) {
-  switch (gt) {
-    case 8: launch("pagedAttention kernel", streamKernel<T, C, HD, 8>, grid, kWarps * 32, 0, a); break;
-    case 4: launch("pagedAttention kernel", streamKernel<T, C, HD, 4>, grid, kWarps * 32, 0, a); break;
-    case 2: launch("pagedAttention kernel", streamKernel<T, C, HD, 2>, grid, kWarps * 32, 0, a); break;
-    default: launch("pagedAttention kernel", streamKernel<T, C, HD, 1>, grid, kWarps * 32, 0, a); break;
-  }
+Kernel streamKernelFor(int gt) {
+  return gt == 8 ? streamKernel<T, C, HD, 8> : gt == 4 ? streamKernel<T, C, HD, 4>
+       : gt == 2 ? streamKernel<T, C, HD, 2> : streamKernel<T, C, HD, 1>;
+}
+
+// How many blocks of `kernel` the GPU holds at once (its registers bound it), asked once.
+int64_t residentBlocks(Kernel kernel) {
+  static std::mutex mutex;
+  static std::unordered_map<Kernel, int64_t> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = known.find(kernel);
+  if (it != known.end()) return it->second;
+  int perSm = 0;
+  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, kWarps * 32, 0), "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  return known[kernel] = int64_t(smCount()) * std::max(1, perSm);
 }
 
 // streamKernel takes head dims whose row is 4 to 32 16-byte loads (not f32 rows of 256).
@@ -478,17 +531,34 @@ void pagedAttention(DType act, void* out, const void* qkv, KvCache c, const int3
   const int gt = groups % 8 == 0 ? 8 : groups % 4 == 0 ? 4 : groups % 2 == 0 ? 2 : 1;
   const int dpl = l.headDim <= 64 ? 2 : l.headDim <= 128 ? 4 : 8;
   const bool aligned = aligned16(qkv) && aligned16(c.k) && aligned16(c.v);
-  const bool streamed = aligned && streams(l.headDim, c.dtype);
+  // streamKernel holds cache rows in 32 bits.
+  const bool streamed = aligned && streams(l.headDim, c.dtype) && c.numBlocks * c.blockSize <= INT32_MAX;
   const bool vec = l.headDim == 32 * dpl && aligned;
+  Kernel kernel = nullptr;
+  withAct(act, [&](auto tt) {
+    withAct(c.dtype, [&](auto ct) {
+      using T = decltype(tt);
+      using C = decltype(ct);
+      if (streamed && l.headDim == 64) kernel = streamKernelFor<T, C, 64>(gt);
+      else if (streamed && l.headDim == 128) kernel = streamKernelFor<T, C, 128>(gt);
+      else if (streamed && l.headDim == 256) {
+        if constexpr (sizeof(C) == 2) kernel = streamKernelFor<T, C, 256>(gt);
+      } else if (dpl == 2) kernel = generalKernelFor<T, C, 2>(gt);
+      else if (dpl == 4) kernel = generalKernelFor<T, C, 4>(gt);
+      else kernel = generalKernelFor<T, C, 8>(gt);
+    });
+  });
 
   // Split the keys only when there are too few blocks to fill the GPU (decode), and only
-  // as far as each split keeps its minimum of keys. All of it from shapes.
+  // as far as each split keeps its minimum of keys. All of it from shapes. At most as many
+  // blocks as the GPU holds at once: a second, partial wave would double the time of a
+  // launch whose blocks all take about as long.
   const int64_t maxKeys = maxBlocks * c.blockSize;
   const int64_t minKeys = streamed ? kMinStreamSplitKeys : kMinSplitKeys;
   const int64_t blocks = numTokens * l.numKvHeads * (groups / gt);
   int64_t splits = 1;
   if (maxKeys > minKeys) {
-    int64_t want = (int64_t(smCount()) * 4 + blocks - 1) / blocks;
+    int64_t want = residentBlocks(kernel) / blocks;
     int64_t most = std::min<int64_t>(kMaxSplits, (maxKeys + minKeys - 1) / minKeys);
     splits = std::max<int64_t>(1, std::min(want, most));
   }
@@ -499,33 +569,25 @@ void pagedAttention(DType act, void* out, const void* qkv, KvCache c, const int3
 
   Args a{out, qkv, c.k, c.v, blockTables, queryStarts, contextLens, int(numSeqs), maxBlocks, c.numBlocks,
          int(c.blockSize), l.numHeads, l.numKvHeads, l.headDim, l.rowWidth(), scale, int(splits), splitKeys,
-         nullptr, nullptr, nullptr};
+         nullptr, nullptr, nullptr, vec};
   const size_t parts = size_t(numTokens) * l.numHeads * size_t(splits);
-  Scratch partials(splits > 1 ? parts * (l.headDim + 2) * sizeof(float) : 0, "pagedAttention scratch");
+  // partML after partO, at an even float (its pairs load as float2).
+  const size_t oFloats = (parts * l.headDim + 1) / 2 * 2;
+  Scratch partials(splits > 1 ? (oFloats + parts * 2) * sizeof(float) : 0, "pagedAttention scratch");
   if (splits > 1) {
     a.partO = partials.as<float>();
-    a.partML = a.partO + parts * l.headDim;
+    a.partML = a.partO + oFloats;
     if (streamed) a.tickets = tickets(size_t(numTokens) * l.numKvHeads * (groups / gt));
   }
   dim3 grid(unsigned(numTokens), unsigned(l.numKvHeads * (groups / gt)), unsigned(splits));
-  withAct(act, [&](auto tt) {
-    withAct(c.dtype, [&](auto ct) {
-      using T = decltype(tt);
-      using C = decltype(ct);
-      if (streamed && l.headDim == 64) launchStream<T, C, 64>(gt, grid, a);
-      else if (streamed && l.headDim == 128) launchStream<T, C, 128>(gt, grid, a);
-      else if (streamed && l.headDim == 256) {
-        if constexpr (sizeof(C) == 2) launchStream<T, C, 256>(gt, grid, a);
-      } else if (dpl == 2) launchGeneral<T, C, 2>(gt, grid, a, vec);
-      else if (dpl == 4) launchGeneral<T, C, 4>(gt, grid, a, vec);
-      else launchGeneral<T, C, 8>(gt, grid, a, vec);
-      if (splits > 1 && !a.tickets) {
-        dim3 cgrid(unsigned(numTokens), unsigned(l.numHeads));
-        int threads = std::min(256, (l.headDim + 31) / 32 * 32);
-        launch("pagedAttention combine kernel", combineKernel<T>, cgrid, threads, 0, a, streamed);
-      }
+  launch("pagedAttention kernel", kernel, grid, kWarps * 32, 0, a);
+  if (splits > 1 && !a.tickets) {
+    dim3 cgrid(unsigned(numTokens), unsigned(l.numHeads));
+    int threads = std::min(256, (l.headDim + 31) / 32 * 32);
+    withAct(act, [&](auto tt) {
+      launch("pagedAttention combine kernel", combineKernel<decltype(tt)>, cgrid, threads, 0, a, streamed);
     });
-  });
+  }
 }
 
 }  // namespace mstar::gpu
