@@ -290,26 +290,29 @@ __global__ __launch_bounds__(kWarps * 32, GT <= 2 ? 5 : GT == 4 ? 4 : 2) void st
         s[u][g] = ok[u] ? d : -INFINITY;
       }
     }
+    // Each lane group keeps its own running max (its lanes hold the same sums: no shuffle)
+    // and rescales only when it grows, which after the first keys is rare.
 #pragma unroll
     for (int g = 0; g < GT; ++g) {
       float top = -INFINITY;
 #pragma unroll
       for (int u = 0; u < U; ++u) top = fmaxf(top, s[u][g]);
-      const float mNew = fmaxf(m[g], warpMax(top));  // the same in every lane of the warp
-      if (mNew == -INFINITY) continue;                // nothing visible yet
-      const float corr = expf(m[g] - mNew);
-      l[g] *= corr;
+      if (top > m[g]) {
+        const float corr = expf(m[g] - top);
+        l[g] *= corr;
 #pragma unroll
-      for (int i = 0; i < EPL; ++i) acc[g][i] *= corr;
+        for (int i = 0; i < EPL; ++i) acc[g][i] *= corr;
+        m[g] = top;
+      }
+      if (m[g] == -INFINITY) continue;  // nothing visible yet
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const float w = expf(s[u][g] - mNew);
+        const float w = expf(s[u][g] - m[g]);
         const C* e = reinterpret_cast<const C*>(&vr[u]);
         l[g] += w;
 #pragma unroll
         for (int i = 0; i < EPL; ++i) acc[g][i] += w * toF(e[i]);
       }
-      m[g] = mNew;
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -320,14 +323,21 @@ __global__ __launch_bounds__(kWarps * 32, GT <= 2 ? 5 : GT == 4 ? 4 : 2) void st
     }
   }
 
-  // Sum the lane groups' shares (each group saw other keys under the warp's common max).
+  // Sum the lane groups' shares, each first brought to the larger of the two maxima.
 #pragma unroll
   for (int g = 0; g < GT; ++g) {
 #pragma unroll
     for (int o = LPK; o < 32; o <<= 1) {
+      const float M = fmaxf(m[g], __shfl_xor_sync(0xffffffffu, m[g], o));
+      const float f = M == -INFINITY ? 0.0f : expf(m[g] - M);
+      m[g] = M;
+      l[g] *= f;
       l[g] += __shfl_xor_sync(0xffffffffu, l[g], o);
 #pragma unroll
-      for (int i = 0; i < EPL; ++i) acc[g][i] += __shfl_xor_sync(0xffffffffu, acc[g][i], o);
+      for (int i = 0; i < EPL; ++i) {
+        acc[g][i] *= f;
+        acc[g][i] += __shfl_xor_sync(0xffffffffu, acc[g][i], o);
+      }
     }
     if (lane == 0) {
       sM[warp][g] = m[g];
