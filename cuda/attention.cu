@@ -33,6 +33,8 @@ constexpr int kWarps = 4;
 constexpr int kMinSplitKeys = 256;  // generalKernel: no split is shorter (its merge would cost more)
 constexpr int kMinStreamSplitKeys = 32;  // streamKernel: about one round of loads of a block
 constexpr int kMaxSplits = 64;
+// Scores are kept in log2 units (scaled by log2 e): weights are then exp2, one instruction.
+constexpr float kLog2e = 1.4426950408889634f;
 
 struct Args {
   void* out;
@@ -45,13 +47,14 @@ struct Args {
   int numSeqs;
   int64_t maxBlocks, numBlocks;
   int blockSize;
+  int blockShift;  // log2(blockSize) where it is a power of two, else -1
   int numHeads, numKvHeads, headDim;
   int64_t rowWidth;
   float scale;
   int numSplits;
   int64_t splitKeys;
   float* partO;   // [tokens, numHeads, numSplits, headDim], each split's normalised output
-  float* partML;  // [tokens, numHeads, numSplits, 2]: its running max and sum of weights
+  float* partML;  // [tokens, numHeads, numSplits, 2]: its running max (of scores in log2 units) and sum of weights
   int* tickets;   // streamKernel: [tokens, gridDim.y], zero between launches; null: combineKernel merges
   bool vec;       // generalKernel: the head is exactly 32 * DPL dims and rows are aligned
 };
@@ -106,10 +109,12 @@ __device__ __forceinline__ int64_t streamShare(const Args& p, int64_t count) {
   return max(int64_t(kMinStreamSplitKeys), (count + p.numSplits - 1) / p.numSplits);
 }
 
-// The cache row of `key`, or -1 where its table entry is outside the cache.
-__device__ __forceinline__ int64_t slotOf(const Args& p, const int32_t* table, int64_t key) {
-  int32_t b = table[key / p.blockSize];
-  return b >= 0 && b < p.numBlocks ? int64_t(b) * p.blockSize + key % p.blockSize : -1;
+// The cache row of `key`, or -1 where its table entry is outside the cache. Keys and rows
+// fit 32 bits (the host checks).
+__device__ __forceinline__ int32_t slotOf(const Args& p, const int32_t* table, int key) {
+  const int blk = p.blockShift >= 0 ? key >> p.blockShift : key / p.blockSize;
+  const int32_t b = table[blk];
+  return b >= 0 && b < p.numBlocks ? b * p.blockSize + (key - blk * p.blockSize) : -1;
 }
 
 // The end of both kernels: each warp left its running max, sum of weights and weighted
@@ -128,7 +133,7 @@ __device__ void finishBlock(const Args& p, int64_t t, int h0, int split, bool di
     if (M != -INFINITY) {
 #pragma unroll
       for (int wi = 0; wi < kWarps; ++wi) {
-        float f = expf(sM[wi][g] - M);
+        float f = exp2f(sM[wi][g] - M);
         L += sL[wi][g] * f;
         O += sAcc[wi][g][d] * f;
       }
@@ -169,7 +174,7 @@ __device__ void mergeSplits(const Args& p, int64_t t, int h0, int used) {
     const int g = e / used, s = e % used;
     float M = -INFINITY;
     for (int i = 0; i < used; ++i) M = fmaxf(M, sM[g][i]);
-    sW[g][s] = M == -INFINITY ? 0.0f : expf(sM[g][s] - M) * sL[g][s];
+    sW[g][s] = M == -INFINITY ? 0.0f : exp2f(sM[g][s] - M) * sL[g][s];
   }
   __syncthreads();
   for (int e = threadIdx.x; e < G * hd; e += blockDim.x) {
@@ -218,7 +223,7 @@ __global__ __launch_bounds__(kWarps * 32, GT <= 2 ? 5 : GT == 4 ? 4 : 2) void st
   // no keys gets zeros).
   const int used = int(max(int64_t(1), min(int64_t(p.numSplits), (keys.count + share - 1) / share)));
   if (p.tickets && split >= used) return;
-  const int64_t kBegin = min(keys.count, split * share), kEnd = min(keys.count, kBegin + share);
+  const int kBegin = int(min(keys.count, split * share)), kEnd = int(min(keys.count, kBegin + share));
 
   const T* qRow = static_cast<const T*>(p.qkv) + t * p.rowWidth + sub * EPL;
   float q[GT][EPL];
@@ -226,7 +231,7 @@ __global__ __launch_bounds__(kWarps * 32, GT <= 2 ? 5 : GT == 4 ? 4 : 2) void st
   for (int g = 0; g < GT; ++g) {
     loadVec<T, EPL>(q[g], qRow + int64_t(h0 + g) * HD);
 #pragma unroll
-    for (int i = 0; i < EPL; ++i) q[g][i] *= p.scale;
+    for (int i = 0; i < EPL; ++i) q[g][i] *= p.scale * kLog2e;
   }
   float m[GT], l[GT], acc[GT][EPL];
 #pragma unroll
@@ -243,13 +248,12 @@ __global__ __launch_bounds__(kWarps * 32, GT <= 2 ? 5 : GT == 4 ? 4 : 2) void st
   // A round is U keys per lane group. Its keys' cache rows are looked up two rounds before
   // their use and their K and V rows loaded one round before, so a warp always has a round
   // of loads in flight and the table's round trip is off the path.
-  const int64_t stride = int64_t(kWarps) * KPW * U;
-  // (Rows in 32 bits, as the host checks: registers hold three rounds of them.)
-  auto lookup = [&](int64_t c0, int32_t (&slot)[U]) {
+  constexpr int stride = kWarps * KPW * U;
+  auto lookup = [&](int c0, int32_t (&slot)[U]) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int64_t key = c0 + u * KPW + grp;
-      slot[u] = key < kEnd ? int32_t(slotOf(p, keys.table, key)) : -1;
+      const int key = c0 + u * KPW + grp;
+      slot[u] = key < kEnd ? slotOf(p, keys.table, key) : -1;
     }
   };
   // Masked keys load nothing (unwritten rows may be NaN).
@@ -263,7 +267,7 @@ __global__ __launch_bounds__(kWarps * 32, GT <= 2 ? 5 : GT == 4 ? 4 : 2) void st
       }
     }
   };
-  int64_t c0 = kBegin + warp * (KPW * U);
+  int c0 = kBegin + warp * (KPW * U);
   int32_t slot[U], next[U];
   uint4 kr[U], vr[U];
   lookup(c0, slot);
@@ -298,7 +302,7 @@ __global__ __launch_bounds__(kWarps * 32, GT <= 2 ? 5 : GT == 4 ? 4 : 2) void st
 #pragma unroll
       for (int u = 0; u < U; ++u) top = fmaxf(top, s[u][g]);
       if (top > m[g]) {
-        const float corr = expf(m[g] - top);
+        const float corr = exp2f(m[g] - top);
         l[g] *= corr;
 #pragma unroll
         for (int i = 0; i < EPL; ++i) acc[g][i] *= corr;
@@ -307,7 +311,7 @@ __global__ __launch_bounds__(kWarps * 32, GT <= 2 ? 5 : GT == 4 ? 4 : 2) void st
       if (m[g] == -INFINITY) continue;  // nothing visible yet
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const float w = expf(s[u][g] - m[g]);
+        const float w = exp2f(s[u][g] - m[g]);
         const C* e = reinterpret_cast<const C*>(&vr[u]);
         l[g] += w;
 #pragma unroll
@@ -329,7 +333,7 @@ __global__ __launch_bounds__(kWarps * 32, GT <= 2 ? 5 : GT == 4 ? 4 : 2) void st
 #pragma unroll
     for (int o = LPK; o < 32; o <<= 1) {
       const float M = fmaxf(m[g], __shfl_xor_sync(0xffffffffu, m[g], o));
-      const float f = M == -INFINITY ? 0.0f : expf(m[g] - M);
+      const float f = M == -INFINITY ? 0.0f : exp2f(m[g] - M);
       m[g] = M;
       l[g] *= f;
       l[g] += __shfl_xor_sync(0xffffffffu, l[g], o);
@@ -404,7 +408,7 @@ __global__ __launch_bounds__(kWarps * 32) void generalKernel(Args p) {
   for (int64_t c0 = kBegin + warp * 32; c0 < kEnd; c0 += kWarps * 32) {
     // Lane j finds the cache row of key c0 + j; a table entry outside the cache masks it.
     int64_t key = c0 + lane;
-    long long slot = key < kEnd ? slotOf(p, table, key) : -1;
+    long long slot = key < kEnd ? slotOf(p, table, int(key)) : -1;
     const int cn = int(min(int64_t(32), kEnd - c0));
     float s[GT];
 #pragma unroll
@@ -420,7 +424,7 @@ __global__ __launch_bounds__(kWarps * 32) void generalKernel(Args p) {
 #pragma unroll
         for (int i = 0; i < DPL; ++i) dot += q[g][i] * kv[i];
         dot = warpSum(dot);
-        if (lane == j) s[g] = dot * p.scale;
+        if (lane == j) s[g] = dot * (p.scale * kLog2e);
       }
     }
     float w[GT];
@@ -431,8 +435,8 @@ __global__ __launch_bounds__(kWarps * 32) void generalKernel(Args p) {
         w[g] = 0;
         continue;
       }
-      float corr = expf(m[g] - mNew);
-      w[g] = expf(s[g] - mNew);
+      float corr = exp2f(m[g] - mNew);
+      w[g] = exp2f(s[g] - mNew);
       l[g] = l[g] * corr + warpSum(w[g]);
 #pragma unroll
       for (int i = 0; i < DPL; ++i) acc[g][i] *= corr;
@@ -535,14 +539,16 @@ void pagedAttention(DType act, void* out, const void* qkv, KvCache c, const int3
                     HeadLayout l, float scale) {
   if (numTokens == 0 || numSeqs == 0) return;
   if (l.headDim > 256) throw Error("pagedAttention: headDim above 256 is not supported on cuda");
+  // The kernels count keys and cache rows in 32 bits (2^31 tokens: far past any GPU's memory).
+  if (std::max(c.numBlocks, maxBlocks) * c.blockSize > INT32_MAX)
+    throw Error("pagedAttention: a KV cache or block table of more than 2^31 tokens is not supported on cuda");
   if (prefillOnTensorCores(act, c.dtype, l.headDim, numTokens, numSeqs, out, qkv, c.k, c.v))
     return prefillAttention(out, qkv, c, blockTables, maxBlocks, queryStarts, contextLens, numSeqs, numTokens, l, scale);
   const int groups = l.numHeads / l.numKvHeads;
   const int gt = groups % 8 == 0 ? 8 : groups % 4 == 0 ? 4 : groups % 2 == 0 ? 2 : 1;
   const int dpl = l.headDim <= 64 ? 2 : l.headDim <= 128 ? 4 : 8;
   const bool aligned = aligned16(qkv) && aligned16(c.k) && aligned16(c.v);
-  // streamKernel holds cache rows in 32 bits.
-  const bool streamed = aligned && streams(l.headDim, c.dtype) && c.numBlocks * c.blockSize <= INT32_MAX;
+  const bool streamed = aligned && streams(l.headDim, c.dtype);
   const bool vec = l.headDim == 32 * dpl && aligned;
   Kernel kernel = nullptr;
   withAct(act, [&](auto tt) {
@@ -578,7 +584,7 @@ void pagedAttention(DType act, void* out, const void* qkv, KvCache c, const int3
   if (!streamed) splits = std::max<int64_t>(1, (maxKeys + splitKeys - 1) / splitKeys);
 
   Args a{out, qkv, c.k, c.v, blockTables, queryStarts, contextLens, int(numSeqs), maxBlocks, c.numBlocks,
-         int(c.blockSize), l.numHeads, l.numKvHeads, l.headDim, l.rowWidth(), scale, int(splits), splitKeys,
+         int(c.blockSize), blockShift(c.blockSize), l.numHeads, l.numKvHeads, l.headDim, l.rowWidth(), scale, int(splits), splitKeys,
          nullptr, nullptr, nullptr, vec};
   const size_t parts = size_t(numTokens) * l.numHeads * size_t(splits);
   // partML after partO, at an even float (its pairs load as float2).

@@ -272,13 +272,11 @@ bool prefillOnTensorCores(DType act, DType cache, int headDim, int64_t numTokens
          numTokens >= kMinMeanQuery * numSeqs && (numTokens + kRows - 1) / kRows + numSeqs <= 65535 && aligned;
 }
 
-namespace {
 int blockShift(int64_t blockSize) {
   for (int s = 0; s < 31; ++s)
     if (int64_t(1) << s == blockSize) return s;
   return -1;
 }
-}  // namespace
 
 void prefillAttention(void* out, const void* qkv, KvCache c, const int32_t* blockTables, int64_t maxBlocks,
                       const int32_t* queryStarts, const int32_t* contextLens, int64_t numSeqs, int64_t numTokens,

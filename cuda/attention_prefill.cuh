@@ -14,4 +14,8 @@ void prefillAttention(void* out, const void* qkv, KvCache c, const int32_t* bloc
                       const int32_t* queryStarts, const int32_t* contextLens, int64_t numSeqs, int64_t numTokens,
                       HeadLayout l, float scale);
 
+// log2(blockSize) where it is a power of two, else -1: both attention kernels find a key's
+// table entry by shift where they can (a division per key was most of their integer work).
+int blockShift(int64_t blockSize);
+
 }  // namespace mstar::gpu
