@@ -154,7 +154,7 @@ __device__ void finishBlock(const Args& p, int64_t t, int h0, int split, bool di
 }
 
 // Heads h0 .. h0 + G - 1 of token t from their first `used` splits' partials (the others
-// hold no keys): weights e^(m_s - M) * l_s. Every load of a phase is issued together, the
+// hold no keys): weights 2^(m_s - M) * l_s. Every load of a phase is issued together, the
 // split statistics by one thread each, then each output's partials eight at a time: this
 // merge is the last of a decode step's attention and its time is round trips through L2.
 // Loads go through L2 (__ldcg): the partials may have been written by other blocks just before.
@@ -181,10 +181,27 @@ __device__ void mergeSplits(const Args& p, int64_t t, int h0, int used) {
     const int g = e / hd, d = e % hd;
     const float* o = p.partO + (base + g * p.numSplits) * hd + d;
     float L = 0, O = 0;
-#pragma unroll 8
-    for (int s = 0; s < used; ++s) {
-      L += sW[g][s];
-      O += sW[g][s] * __ldcg(o + int64_t(s) * hd);
+    int s = 0;
+    for (; s + 8 <= used; s += 8) {  // eight loads in flight, then their sums
+      float v[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = __ldcg(o + int64_t(s + j) * hd);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        L += sW[g][s + j];
+        O += sW[g][s + j] * v[j];
+      }
+    }
+    if (s < used) {  // the last (or only) few splits, their loads in flight together too
+      float v[7];
+#pragma unroll
+      for (int j = 0; j < 7; ++j) v[j] = s + j < used ? __ldcg(o + int64_t(s + j) * hd) : 0.0f;
+#pragma unroll
+      for (int j = 0; j < 7; ++j) {
+        const float w = s + j < used ? sW[g][s + j] : 0.0f;
+        L += w;
+        O += w * v[j];
+      }
     }
     static_cast<T*>(p.out)[(t * p.numHeads + h0 + g) * hd + d] = fromF<T>(L > 0 ? O / L : 0.0f);
   }
