@@ -6,9 +6,10 @@
 // that share one kv head (GQA: each K/V row is read once for all of them) over one
 // split of the keys. Two kernels:
 //  - streamKernel (head dims 64/128/256 with 16-byte rows): a key row is read by a group
-//    of lanes with one 16-byte load each, so a warp holds several keys, and U rounds of
-//    K and V loads are issued before any of them is used: many rows in flight per warp,
-//    as bandwidth needs. Each lane group keeps its own softmax sums; they merge at the end.
+//    of lanes with one 16-byte load each, so a warp holds several keys; the next round's
+//    K and V rows load while this round's are used, and the table entries of the round
+//    after that: rows always in flight, as bandwidth needs. Each lane group keeps its own
+//    softmax max and sums; they merge at the end.
 //  - generalKernel (any head dim): 4 warps take 32-key chunks in turn; in a chunk every
 //    lane owns one key's score (the warp splits the head dims), so the online softmax
 //    costs one exp per key, not per key and dim.
@@ -18,6 +19,8 @@
 // each token's actual keys evenly over the splits (a short context in a wide table still
 // spreads over blocks, and splits past its keys exit), and the last of a token's splits to
 // finish merges them. generalKernel's splits are fixed ranges, merged by combineKernel.
+// There are never more blocks than the GPU holds at once (a partial second wave would
+// double a launch whose blocks all take about as long).
 // Prefill steps in bf16 go to the tensor-core kernel (attention_prefill.cu).
 #include <cmath>
 #include <mutex>
@@ -583,9 +586,8 @@ void pagedAttention(DType act, void* out, const void* qkv, KvCache c, const int3
   });
 
   // Split the keys only when there are too few blocks to fill the GPU (decode), and only
-  // as far as each split keeps its minimum of keys. All of it from shapes. At most as many
-  // blocks as the GPU holds at once: a second, partial wave would double the time of a
-  // launch whose blocks all take about as long.
+  // as far as each split keeps its minimum of keys. All of it from shapes, and at most as
+  // many blocks as the GPU holds at once.
   const int64_t maxKeys = maxBlocks * c.blockSize;
   const int64_t minKeys = streamed ? kMinStreamSplitKeys : kMinSplitKeys;
   const int64_t blocks = numTokens * l.numKvHeads * (groups / gt);
