@@ -39,6 +39,14 @@ constexpr int kMaxSplits = 64;
 // Scores are kept in log2 units (scaled by log2 e): weights are then exp2, one instruction.
 constexpr float kLog2e = 1.4426950408889634f;
 
+// 2^x, one instruction (exp2f adds three to keep results below 2^-126, which a softmax
+// weight below that does not need); 2^-inf = 0.
+__device__ __forceinline__ float exp2Approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 struct Args {
   void* out;
   const void* qkv;
@@ -315,27 +323,36 @@ __global__ __launch_bounds__(kWarps * 32, GT <= 2 ? 5 : GT == 4 ? 4 : 2) void st
       }
     }
     // Each lane group keeps its own running max (its lanes hold the same sums: no shuffle)
-    // and rescales only when it grows, which after the first keys is rare.
+    // and rescales only when it grows, which after the first keys is rare. Then every
+    // head's weights, and V converted once per element for all of them (converted inside
+    // a branch per head, each element was converted GT times).
+    float w[U][GT];
 #pragma unroll
     for (int g = 0; g < GT; ++g) {
       float top = -INFINITY;
 #pragma unroll
       for (int u = 0; u < U; ++u) top = fmaxf(top, s[u][g]);
       if (top > m[g]) {
-        const float corr = exp2f(m[g] - top);
+        const float corr = exp2Approx(m[g] - top);
         l[g] *= corr;
 #pragma unroll
         for (int i = 0; i < EPL; ++i) acc[g][i] *= corr;
         m[g] = top;
       }
-      if (m[g] == -INFINITY) continue;  // nothing visible yet
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const float w = exp2f(s[u][g] - m[g]);
-        const C* e = reinterpret_cast<const C*>(&vr[u]);
-        l[g] += w;
+        w[u][g] = s[u][g] == -INFINITY ? 0.0f : exp2Approx(s[u][g] - m[g]);  // masked: 0, never -inf - -inf
+        l[g] += w[u][g];
+      }
+    }
 #pragma unroll
-        for (int i = 0; i < EPL; ++i) acc[g][i] += w * toF(e[i]);
+    for (int u = 0; u < U; ++u) {
+      const C* e = reinterpret_cast<const C*>(&vr[u]);
+#pragma unroll
+      for (int i = 0; i < EPL; ++i) {
+        const float v = toF(e[i]);
+#pragma unroll
+        for (int g = 0; g < GT; ++g) acc[g][i] += w[u][g] * v;
       }
     }
 #pragma unroll
