@@ -229,12 +229,12 @@ __device__ __forceinline__ float groupSum(float v) {
 // Head dim HD with rows of C aligned to 16 bytes: lanes sub = lane % LPK of group
 // lane / LPK hold elements [sub * EPL, sub * EPL + EPL) of one key row.
 template <typename T, typename C, int HD, int GT>
-__global__ __launch_bounds__(kWarps * 32, GT <= 2 ? 5 : GT == 4 ? 4 : 2) void streamKernel(Args p) {
+__global__ __launch_bounds__(kWarps * 32, GT <= 2 ? 5 : GT <= 4 ? 4 : 2) void streamKernel(Args p) {
   awaitPrior();
   constexpr int EPL = 16 / int(sizeof(C));  // elements per 16-byte load
   constexpr int LPK = HD / EPL;             // lanes per key row
   constexpr int KPW = 32 / LPK;             // keys per warp per load round
-  constexpr int U = GT >= 8 ? 1 : 2;        // keys a lane group holds in a round (two rounds in flight)
+  constexpr int U = GT > 4 ? 1 : 2;         // keys a lane group holds in a round (two rounds in flight)
   static_assert(LPK <= 32 && 32 % LPK == 0, "a key row must fit one warp");
   __shared__ float sM[kWarps][GT], sL[kWarps][GT];
   __shared__ float sAcc[kWarps][GT][HD];
@@ -547,8 +547,26 @@ Kernel generalKernelFor(int gt) {
 
 template <typename T, typename C, int HD>
 Kernel streamKernelFor(int gt) {
-  return gt == 8 ? streamKernel<T, C, HD, 8> : gt == 4 ? streamKernel<T, C, HD, 4>
-       : gt == 2 ? streamKernel<T, C, HD, 2> : streamKernel<T, C, HD, 1>;
+  switch (gt) {
+    case 8: return streamKernel<T, C, HD, 8>;
+    case 7: return streamKernel<T, C, HD, 7>;
+    case 6: return streamKernel<T, C, HD, 6>;
+    case 5: return streamKernel<T, C, HD, 5>;
+    case 4: return streamKernel<T, C, HD, 4>;
+    case 3: return streamKernel<T, C, HD, 3>;
+    case 2: return streamKernel<T, C, HD, 2>;
+    default: return streamKernel<T, C, HD, 1>;
+  }
+}
+
+// The query heads a block takes, of the `groups` that share a kv head: streamKernel all of
+// them up to 8 (every K/V row read once for the group: Llama-3.2-3B's 3 a kv head read the
+// cache three times as 3 blocks of 1), else the largest divisor up to 8; generalKernel the
+// largest power of two up to 8 that divides.
+int headsPerBlock(int groups, bool streamed) {
+  for (int g = 8; g > 1; --g)
+    if (groups % g == 0 && (streamed || (g & (g - 1)) == 0)) return g;
+  return 1;
 }
 
 // How many blocks of `kernel` the GPU holds at once (its registers bound it), asked once.
@@ -582,11 +600,11 @@ void pagedAttention(DType act, void* out, const void* qkv, KvCache c, const int3
   if (prefillOnTensorCores(act, c.dtype, l.headDim, numTokens, numSeqs, out, qkv, c.k, c.v))
     return prefillAttention(out, qkv, c, blockTables, maxBlocks, queryStarts, contextLens, numSeqs, numTokens, l, scale);
   const int groups = l.numHeads / l.numKvHeads;
-  const int gt = groups % 8 == 0 ? 8 : groups % 4 == 0 ? 4 : groups % 2 == 0 ? 2 : 1;
   const int dpl = l.headDim <= 64 ? 2 : l.headDim <= 128 ? 4 : 8;
   const bool aligned = aligned16(qkv) && aligned16(c.k) && aligned16(c.v);
   const bool streamed = aligned && streams(l.headDim, c.dtype);
   const bool vec = l.headDim == 32 * dpl && aligned;
+  const int gt = headsPerBlock(groups, streamed);
   Kernel kernel = nullptr;
   withAct(act, [&](auto tt) {
     withAct(c.dtype, [&](auto ct) {

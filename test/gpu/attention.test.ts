@@ -71,6 +71,9 @@ const LAYOUTS: Layout[] = [
   { numHeads: 12, numKvHeads: 4, headDim: 33 },   // 3 per kv head: one head a block, odd dims
   { numHeads: 8, numKvHeads: 2, headDim: 64 },    // 4 per kv head, 2 dims a lane, wide loads
   { numHeads: 2, numKvHeads: 2, headDim: 96 },    // no grouping, dims not a lane multiple
+  { numHeads: 24, numKvHeads: 8, headDim: 128 },  // 3 per kv head in one block (Llama-3.2-3B)
+  { numHeads: 10, numKvHeads: 2, headDim: 128 },  // 5 (Qwen3-14B's 40 / 8)
+  { numHeads: 12, numKvHeads: 2, headDim: 64 },   // 6
   { numHeads: 16, numKvHeads: 2, headDim: 128 },  // 8 per kv head
   { numHeads: 32, numKvHeads: 2, headDim: 128 },  // 16 per kv head: two blocks share a kv head
   { numHeads: 8, numKvHeads: 4, headDim: 256 },   // Qwen3.5's head dim
