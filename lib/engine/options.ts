@@ -88,6 +88,8 @@ export function profileSetting(env: NodeJS.ProcessEnv = process.env): boolean {
  * (on the CPU) a quarter of free memory and at most 2 GiB, or (on CUDA) 16 GiB. */
 const CPU_MAX_KV_BYTES = 2 * 2 ** 30;
 const CUDA_MAX_KV_BYTES = 16 * 2 ** 30;
+/** Tokens the CUDA attention kernels can address in a cache (rows counted in 32 bits). */
+const CUDA_MAX_KV_TOKENS = 2 ** 31 - 1;
 
 /** Free and total bytes of the memory the cache goes to: the device's on CUDA, else the host's free memory (as both). */
 export type MemoryInfo = () => { free: number; total: number };
@@ -154,6 +156,14 @@ export function engineLimits(config: ModelConfig, o: EngineOptions, placement: P
     else if (numBlocks > room) {
       throw new LimitsError(`kv_cache.num_blocks ${numBlocks} (${gib(numBlocks * blockBytes)}) does not fit: the device has ` +
         `${gib(mem.free)} free after the weights, and ${besidesText(besides, cuda)}; at most ${Math.max(0, room)} blocks fit`);
+    }
+    // And the CUDA attention kernels address the cache's tokens in 32 bits (a small model's
+    // cache sized by memory_fraction on a large GPU could pass that).
+    const most = Math.floor(CUDA_MAX_KV_TOKENS / blockSize);
+    if (o.kvCache.numBlocks === undefined) numBlocks = Math.min(numBlocks, most);
+    else if (numBlocks > most) {
+      throw new LimitsError(`kv_cache.num_blocks ${numBlocks} of ${blockSize} tokens is past the ${CUDA_MAX_KV_TOKENS} tokens ` +
+        `the CUDA attention kernels address: at most ${most} blocks`);
     }
   }
   if (numBlocks < 1) {

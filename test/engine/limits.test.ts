@@ -102,6 +102,15 @@ describe('the KV cache on CUDA, against the device memory (given, as after the w
     expect(engineLimits(config, { ...base, kvCache: { blockSize: 16, numBlocks: 100 } }, cuda, memory(GiB)).numBlocks).toBe(100);
   });
 
+  it('no cache past the 2^31 - 1 tokens the CUDA kernels address: memory_fraction stops there, num_blocks is refused', () => {
+    const huge = memory(2 ** 52, 2 ** 52);  // a small model on a device of 4 PiB
+    const most = Math.floor((2 ** 31 - 1) / 16);
+    expect(engineLimits(config, { ...base, kvCache: { blockSize: 16, memoryFraction: 0.9 } }, cuda, huge).numBlocks).toBe(most);
+    expect(engineLimits(config, { ...base, kvCache: { blockSize: 16, numBlocks: most } }, cuda, huge).numBlocks).toBe(most);
+    expect(() => engineLimits(config, { ...base, kvCache: { blockSize: 16, numBlocks: most + 1 } }, cuda, huge))
+      .toThrow(`kv_cache.num_blocks ${most + 1} of 16 tokens is past the 2147483647 tokens the CUDA attention kernels address: at most ${most} blocks`);
+  });
+
   it('the default cache shrinks to what is free, and says so when not one block fits', () => {
     const o = { ...base, maxBatchSize: 64, kvCache: { blockSize: 16 } };
     const free = besides(o) + 10.5 * blockBytes;
