@@ -18,4 +18,7 @@ void prefillAttention(void* out, const void* qkv, KvCache c, const int32_t* bloc
 // table entry by shift where they can (a division per key was most of their integer work).
 int blockShift(int64_t blockSize);
 
+// Both kernels keep scores in log2 units (scaled by log2 e): a weight is then an exp2.
+constexpr float kLog2e = 1.4426950408889634f;
+
 }  // namespace mstar::gpu
