@@ -635,7 +635,7 @@ void pagedAttention(DType act, void* out, const void* qkv, KvCache c, const int3
   if (!streamed) splits = std::max<int64_t>(1, (maxKeys + splitKeys - 1) / splitKeys);
 
   Args a{out, qkv, c.k, c.v, blockTables, queryStarts, contextLens, int(numSeqs), maxBlocks, c.numBlocks,
-         int(c.blockSize), blockShift(c.blockSize), l.numHeads, l.numKvHeads, l.headDim, l.rowWidth(), scale, int(splits), splitKeys,
+         int(c.blockSize), blockShift(c.blockSize), l.numHeads, l.numKvHeads, l.headDim, l.stride(), scale, int(splits), splitKeys,
          nullptr, nullptr, nullptr, vec};
   const size_t parts = size_t(numTokens) * l.numHeads * size_t(splits);
   // partML after partO, at an even float (its pairs load as float2).

@@ -283,7 +283,7 @@ void prefillAttention(void* out, const void* qkv, KvCache c, const int32_t* bloc
                       HeadLayout l, float scale) {
   PrefillArgs a{static_cast<bf16*>(out), static_cast<const bf16*>(qkv), static_cast<const bf16*>(c.k),
                 static_cast<const bf16*>(c.v), blockTables, queryStarts, contextLens, int(numSeqs), maxBlocks,
-                c.numBlocks, int(c.blockSize), blockShift(c.blockSize), l.numHeads, l.numKvHeads, l.rowWidth(),
+                c.numBlocks, int(c.blockSize), blockShift(c.blockSize), l.numHeads, l.numKvHeads, l.stride(),
                 scale * kLog2e};
   // A row of the grid is a tile of every head (blocks sharing a KV head side by side), and
   // there are enough rows for any split of the tokens over the sequences; the extra exit.

@@ -31,7 +31,7 @@ void kvWrite(DType act, KvCache c, const void* qkv, const int32_t* slots, int64_
       using T = decltype(t);
       using C = decltype(cache);
       launch("kvWrite kernel", kvWriteKernel<T, C>, unsigned(n), 128, 0, static_cast<C*>(c.k), static_cast<C*>(c.v),
-          static_cast<const T*>(qkv), slots, c.numBlocks * c.blockSize, int64_t(l.numHeads) * l.headDim, l.rowWidth(),
+          static_cast<const T*>(qkv), slots, c.numBlocks * c.blockSize, int64_t(l.numHeads) * l.headDim, l.stride(),
           kvWidth);
     });
   });

@@ -3,6 +3,7 @@
 #include <type_traits>
 
 #include "common.cuh"
+#include "lora_delta.cuh"
 #include "shrink.cuh"
 
 namespace mstar::gpu {
@@ -97,22 +98,74 @@ __global__ void rmsNormRunsKernel(T* out, int64_t ldo, const T* x, const W* w, i
 
 // residual += x (stored in T, rounded as a bf16 model's residual stream is), then the
 // norm of the stored residual into out. Each thread re-reads only what it wrote itself.
+// With a delta (an adapted projection's output x, LoraDelta), x plus its delta is rounded
+// first, as the projection with its adapter is stored. x's rows are ldx apart.
 template <typename T, typename W>
-__global__ void addRmsNormKernel(T* residual, const T* x, const W* w, T* out, int64_t dim, float eps) {
+__global__ void addRmsNormKernel(T* residual, const T* x, int64_t ldx, const W* w, T* out, int64_t dim, float eps,
+                                 LoraDelta delta, bool deltaVec) {
   __shared__ float partial[32];
   awaitPrior();
-  T* res = residual + blockIdx.x * dim;
-  const T* xr = x + blockIdx.x * dim;
-  T* o = out + blockIdx.x * dim;
+  const int64_t row = blockIdx.x;
+  const int32_t slot = delta.t ? delta.slotOfRow[row] : 0;
+  T* res = residual + row * dim;
+  const T* xr = x + row * ldx;
+  T* o = out + row * dim;
   float ss = 0;
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-    T sum = fromF<T>(toF(res[i]) + toF(xr[i]));
+    const int64_t o[1] = {i};
+    float y[1] = {toF(xr[i])};
+    addDeltas<T, 1>(delta, row, slot, o, y);
+    T sum = fromF<T>(toF(res[i]) + y[0]);
     res[i] = sum;
     float v = toF(sum);
     ss += v * v;
   }
   float r = 1.0f / sqrtf(blockSum(ss, partial) / float(dim) + eps);
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) o[i] = fromF<T>(toF(w[i]) * (toF(res[i]) * r));
+}
+
+// addRmsNormKernel for rows RowRuns can hold: w before the wait, then the residual's and x's
+// runs all in flight at once (the loop above waits on a round trip an element).
+template <typename T, typename W, int RUNS>
+__global__ void addRmsNormRunsKernel(T* residual, const T* x, int64_t ldx, const W* w, T* out, int64_t dim, float eps,
+                                     LoraDelta delta, bool deltaVec) {
+  __shared__ float partial[32];
+  RowRuns<T, W, RUNS> runs{{}, {}, dim};
+  runs.loadWeight(w);
+  const int64_t row = blockIdx.x;
+  const int32_t slot = delta.t ? delta.slotOfRow[row] : 0;
+#pragma unroll
+  for (int j = 0; j < RUNS; ++j)
+    if (runs.at(j) < dim) prefetchDeltas<T>(delta, slot, runs.at(j));
+  awaitPrior();
+  T* res = residual + row * dim;
+  const T* xr = x + row * ldx;
+  float ss = 0;
+#pragma unroll
+  for (int j = 0; j < RUNS; ++j) {
+    const int64_t i = runs.at(j);
+    if (i >= dim) continue;
+    float rv[8], xv[8];
+    loadVec<T, 8>(rv, res + i);
+    loadVec<T, 8>(xv, xr + i);
+    addDeltasRun<T, 8>(delta, deltaVec, row, slot, i, xv);
+    T sum[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      sum[e] = fromF<T>(rv[e] + xv[e]);
+      runs.x[j][e] = toF(sum[e]);
+      ss += runs.x[j][e] * runs.x[j][e];
+    }
+    storeVec(res + i, sum);
+  }
+  const float r = 1.0f / sqrtf(blockSum(ss, partial) / float(dim) + eps);
+#pragma unroll
+  for (int j = 0; j < RUNS; ++j) {
+    if (runs.at(j) >= dim) continue;
+    T v[8];
+    runs.norm(j, r, v);
+    storeVec(out + row * dim + runs.at(j), v);
+  }
 }
 
 // rmsNorm of row blockIdx.x, and the LoRA shrink of the normed row where it is made: the
@@ -242,14 +295,23 @@ void rmsNorm(DType act, void* out, const void* x, Weights w, int64_t rows, int64
   });
 }
 
-void addRmsNorm(DType act, void* residual, const void* x, Weights w, void* out, int64_t rows, int64_t dim, float eps) {
+void addRmsNorm(DType act, void* residual, const void* x, Weights w, void* out, int64_t rows, int64_t dim, float eps,
+                int64_t ldx, const LoraDelta& d) {
   if (rows == 0) return;
+  if (!ldx) ldx = dim;
   withAct(act, [&](auto t) {
     withFloat(w.dtype, [&](auto wt) {
       using T = decltype(t);
       using W = decltype(wt);
-      launch("addRmsNorm kernel", addRmsNormKernel<T, W>, unsigned(rows), kThreads, 0, static_cast<T*>(residual),
-          static_cast<const T*>(x), static_cast<const W*>(w.data), static_cast<T*>(out), dim, eps);
+      auto args = [&](auto kernel) {
+        launch("addRmsNorm kernel", kernel, unsigned(rows), kThreads, 0, static_cast<T*>(residual),
+            static_cast<const T*>(x), ldx, static_cast<const W*>(w.data), static_cast<T*>(out), dim, eps, d,
+            deltaRunsOf(d, 8, sizeof(T)));
+      };
+      const bool vec = runsOf8(x, ldx, sizeof(T)) && runsOf8(residual, dim, sizeof(T)) &&
+                       runsOf8(out, dim, sizeof(T)) && runsOf8(w.data, dim, sizeof(W));
+      if (vec && withRowRuns(dim, [&](auto runs) { args(addRmsNormRunsKernel<T, W, decltype(runs)::value>); })) return;
+      args(addRmsNormKernel<T, W>);
     });
   });
 }
@@ -299,7 +361,7 @@ void headRmsNorm(DType act, void* qkv, Weights qw, Weights kw, int64_t n, HeadLa
       using W = decltype(wt);
       launch("headRmsNorm kernel", headRmsNormKernel<T, W>, blocksFor(warps * 32, kThreads), kThreads, 0,
           static_cast<T*>(qkv), static_cast<const W*>(qw.data), static_cast<const W*>(kw.data), n, l.numHeads,
-          l.numKvHeads, l.headDim, l.rowWidth(), eps);
+          l.numKvHeads, l.headDim, l.stride(), eps);
     });
   });
 }

@@ -34,7 +34,7 @@ void rope(DType act, void* qkv, const int32_t* positions, const float* invFreq, 
   withAct(act, [&](auto t) {
     using T = decltype(t);
     launch("rope kernel", ropeKernel<T>, blocksFor(n * half, 256), 256, 0, static_cast<T*>(qkv), positions, invFreq, n,
-        l.numHeads + l.numKvHeads, l.headDim, l.rowWidth(), half);
+        l.numHeads + l.numKvHeads, l.headDim, l.stride(), half);
   });
 }
 

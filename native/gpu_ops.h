@@ -14,6 +14,7 @@
 namespace mstar::gpu {
 
 using cpu::HeadLayout;
+using cpu::LoraDelta;
 using cpu::SamplingRows;
 using cpu::Weights;
 
@@ -36,7 +37,9 @@ struct SlotRanks {
 void embedding(DType act, void* out, Weights table, int64_t tableRows, const int32_t* ids, int64_t n, int64_t dim);
 // ldo: out's row stride (0: dim), for a wide row (see loraShrink).
 void rmsNorm(DType act, void* out, const void* x, Weights w, int64_t rows, int64_t dim, float eps, int64_t ldo = 0);
-void addRmsNorm(DType act, void* residual, const void* x, Weights w, void* out, int64_t rows, int64_t dim, float eps);
+// residual += x (+ d's delta, the two rounded first), then out = rmsNorm(residual); x's rows ldx apart (0: dim).
+void addRmsNorm(DType act, void* residual, const void* x, Weights w, void* out, int64_t rows, int64_t dim, float eps,
+                int64_t ldx = 0, const LoraDelta& d = {});
 void headRmsNorm(DType act, void* qkv, Weights qw, Weights kw, int64_t n, HeadLayout l, float eps);
 // A wide row's layout (see loraShrink): its first `in` columns, then slotCols columns for each of
 // numSlots slots, a row's columns outside its own slot's all zero; so the decode GEMV reads only
@@ -49,7 +52,9 @@ struct WideRows {
 void linear(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
             bool accumulate = false, const WideRows& wide = {});
 void rope(DType act, void* qkv, const int32_t* positions, const float* invFreq, int64_t n, HeadLayout l, int half);
-void siluMul(DType act, void* out, const void* gateUp, int64_t n, int64_t inter, int64_t ldo = 0);
+// gateUp's rows ldg apart (0: 2 * inter); d's delta joins gate and up first, each rounded.
+void siluMul(DType act, void* out, const void* gateUp, int64_t n, int64_t inter, int64_t ldo = 0, int64_t ldg = 0,
+             const LoraDelta& d = {});
 void add(DType act, void* out, const void* a, const void* b, int64_t n);
 void gatherRows(DType act, void* out, const void* x, int64_t xRows, const int32_t* idx, int64_t m, int64_t dim);
 // Where 0 <= from[i] < numSampled: tokens[i] = sampled[from[i]], embedRows[i] = rowSlots[i] * vocab + tokens[i].
@@ -57,9 +62,11 @@ void feedTokens(int32_t* tokens, int32_t* embedRows, const int32_t* sampled, int
                 const int32_t* rowSlots, int vocab, int64_t n);
 
 void kvWrite(DType act, KvCache c, const void* qkv, const int32_t* slots, int64_t n, HeadLayout l);
-// headRmsNorm (when qNorm and kNorm are given), rope, then kvWrite, in one launch.
+// d's delta into qkv (in place, rounded), headRmsNorm (when qNorm and kNorm are given), rope,
+// then kvWrite, in one launch.
 void ropeKvWrite(DType act, void* qkv, const int32_t* positions, const float* invFreq, int half, const Weights* qNorm,
-                 const Weights* kNorm, float eps, KvCache c, const int32_t* slots, int64_t n, HeadLayout l);
+                 const Weights* kNorm, float eps, KvCache c, const int32_t* slots, int64_t n, HeadLayout l,
+                 const LoraDelta& d = {});
 // numTokens = rows of qkv; queryStarts has numSeqs + 1 entries (in device memory).
 void pagedAttention(DType act, void* out, const void* qkv, KvCache c, const int32_t* blockTables, int64_t maxBlocks,
                     const int32_t* queryStarts, const int32_t* contextLens, int64_t numSeqs, int64_t numTokens,

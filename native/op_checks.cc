@@ -19,16 +19,22 @@ DType expectRmsNorm(OpArgs& a, const Tensor& out, const Tensor& x, const Tensor&
   return act;
 }
 
-DType expectSiluMul(OpArgs& a, const Tensor& out, const Tensor& gu) {
+DType expectSiluMul(OpArgs& a, const Tensor& out, const Tensor& gu, bool wider) {
   DType act = a.expectAct(gu, "gateUp");
   a.expectRank(gu, 2, "gateUp");
-  a.expect(gu.dim(1) % 2 == 0, "gateUp " + gu.describe() + " must have an even width (gate, then up)");
   a.expectAct(out, "out");
+  a.expectRank(out, 2, "out");
+  if (wider) {
+    a.expect(out.dim(0) == gu.dim(0) && gu.dim(1) >= 2 * out.dim(1),
+             "gateUp " + gu.describe() + " must have out's rows and at least twice its columns, out " + out.describe());
+    return act;
+  }
+  a.expect(gu.dim(1) % 2 == 0, "gateUp " + gu.describe() + " must have an even width (gate, then up)");
   a.expectShape(out, {gu.dim(0), gu.dim(1) / 2}, "out");
   return act;
 }
 
-DType expectAddRmsNorm(OpArgs& a, const Tensor& res, const Tensor& x, const Tensor& w, const Tensor& out) {
+DType expectAddRmsNorm(OpArgs& a, const Tensor& res, const Tensor& x, const Tensor& w, const Tensor& out, bool wider) {
   DType act = DType::F32;
   for (auto [t, n] : {std::pair<const Tensor*, const char*>{&res, "residual"}, {&x, "x"}, {&out, "out"}}) {
     act = a.expectAct(*t, n);
@@ -37,7 +43,11 @@ DType expectAddRmsNorm(OpArgs& a, const Tensor& res, const Tensor& x, const Tens
   a.expectFloat(w, "w");
   a.expectRank(w, 1, "w");
   a.expectShape(res, {res.dim(0), w.dim(0)}, "residual");
-  a.expectShape(x, {res.dim(0), w.dim(0)}, "x");
+  if (wider)
+    a.expect(x.dim(0) == res.dim(0) && x.dim(1) >= w.dim(0),
+             "x " + x.describe() + " must have residual's rows and at least its columns, residual " + res.describe());
+  else
+    a.expectShape(x, {res.dim(0), w.dim(0)}, "x");
   a.expectShape(out, {res.dim(0), w.dim(0)}, "out");
   return act;
 }
@@ -115,6 +125,38 @@ int64_t expectExpand(OpArgs& a, const Tensor& out, const Tensor& t, const Tensor
   a.expectShape(t, {out.dim(0), w.dim(2)}, "t ([n, slices * rank])");
   expectSlotOfRow(a, slots, out.dim(0), w.dim(1));
   return numSlices;
+}
+
+cpu::LoraDelta expectLoraDelta(OpArgs& a, size_t i, const Tensor& y, int64_t ownCols, const char* yName) {
+  Tensor* bT = a.optionalTensor(i, "bT");
+  if (!bT) return {};
+  Tensor &slots = a.tensor(i + 1, "slotOfRow"), &starts = a.tensor(i + 2, "sliceStarts"), &ranks = a.tensor(i + 3, "slotRanks");
+  a.oneDevice();
+  const std::string yDesc = std::string(yName) + " " + y.describe();
+  a.expect(y.dtype() == bT->dtype(), "bT " + bT->describe() + " must have the dtype of " + yDesc);
+  a.expectRank(*bT, 2, "bT");
+  const int64_t bCols = y.dim(1) - ownCols;
+  a.expect(bCols > 0 && bT->dim(0) == bCols && bT->dim(1) == ownCols,
+           "bT " + bT->describe() + " must be [" + std::to_string(y.dim(1) - ownCols) + ", " + std::to_string(ownCols) +
+               "]: a row for each column of " + yDesc + " after its " + std::to_string(ownCols) + " outputs");
+  a.expectDType(ranks, DType::I32, "slotRanks");
+  a.expectRank(ranks, 2, "slotRanks");
+  const int64_t numSlots = ranks.dim(0), numSlices = ranks.dim(1);
+  a.expect(numSlots * numSlices > 0 && bCols % (numSlots * numSlices) == 0,
+           "slotRanks " + ranks.describe() + " must split the " + std::to_string(bCols) + " shrink columns of " + yDesc +
+               " evenly into slots and slices");
+  const int64_t rank = bCols / (numSlots * numSlices);
+  a.expectDType(starts, DType::I32, "sliceStarts");
+  a.expectShape(starts, {numSlices + 1}, "sliceStarts ([slices + 1])");
+  if (starts.device() == Device::CPU) {
+    const int32_t* st = starts.ptr<int32_t>();
+    a.expect(st[0] == 0 && st[numSlices] == ownCols, "sliceStarts must run from 0 to " + std::to_string(ownCols));
+    for (int64_t s = 0; s < numSlices; ++s) a.expect(st[s] <= st[s + 1], "sliceStarts must not decrease");
+  }
+  expectSlotOfRow(a, slots, y.dim(0), numSlots);
+  const size_t elem = dtypeSize(y.dtype());
+  return {static_cast<const char*>(y.data()) + ownCols * elem, y.dim(1), bT->data(), ownCols, slots.ptr<int32_t>(),
+          starts.ptr<int32_t>(), numSlices, numSlots, rank, expectSlotRanks(a, &ranks, numSlots, numSlices, rank)};
 }
 
 const int32_t* expectSlotRanks(const OpArgs& a, const Tensor* ranks, int64_t numSlots, int64_t slices, int64_t maxRank) {

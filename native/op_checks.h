@@ -9,11 +9,20 @@ namespace mstar {
 // out and x [..., dim] activations of as many elements; w [dim]. Returns the activation dtype.
 DType expectRmsNorm(OpArgs& a, const Tensor& out, const Tensor& x, const Tensor& w);
 
-// gateUp [n, 2 * inter] and out [n, inter] activations. Returns the activation dtype.
-DType expectSiluMul(OpArgs& a, const Tensor& out, const Tensor& gateUp);
+// gateUp [n, 2 * inter] and out [n, inter] activations; wider: gateUp's rows may carry more
+// columns after gate and up. Returns the activation dtype.
+DType expectSiluMul(OpArgs& a, const Tensor& out, const Tensor& gateUp, bool wider = false);
 
-// residual, x and out [rows, dim] activations; w [dim]. Returns the activation dtype.
-DType expectAddRmsNorm(OpArgs& a, const Tensor& res, const Tensor& x, const Tensor& w, const Tensor& out);
+// residual, x and out [rows, dim] activations; w [dim]; wider: x's rows may carry more
+// columns after their dim. Returns the activation dtype.
+DType expectAddRmsNorm(OpArgs& a, const Tensor& res, const Tensor& x, const Tensor& w, const Tensor& out,
+                       bool wider = false);
+
+// The adapter delta an op adds to y, a projection's output (cpu::LoraDelta), from its
+// arguments i .. i + 3: bT [slots * slices * rank, ownCols], slotOfRow [rows of y],
+// sliceStarts [slices + 1] and slotRanks [slots, slices]. y's rows are its ownCols outputs,
+// then its t (slots * slices * rank columns). Absent (argument i null or undefined): no delta.
+cpu::LoraDelta expectLoraDelta(OpArgs& a, size_t i, const Tensor& y, int64_t ownCols, const char* yName);
 
 // out [n, outF] = x [n, in] · w [outF, wCol .. wCol + in]ᵀ (+ bias [outF]). With a window
 // (wCol >= 0) w may be wider than x (a projection's weight with every adapter slot's b beside

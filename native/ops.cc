@@ -19,10 +19,14 @@ cpu::HeadLayout headLayout(const OpArgs& a, size_t i) {
   return l;
 }
 
-DType expectQkv(OpArgs& a, const Tensor& qkv, cpu::HeadLayout l) {
+// qkv [tokens, at least (numHeads + 2 * numKvHeads) * headDim]: rows that are wider (an
+// adapted projection's, its shrink after them) set l's stride.
+DType expectQkv(OpArgs& a, const Tensor& qkv, cpu::HeadLayout& l) {
   DType act = a.expectAct(qkv, "qkv");
   a.expectRank(qkv, 2, "qkv");
-  a.expectShape(qkv, {qkv.dim(0), l.rowWidth()}, "qkv ([tokens, (numHeads + 2 * numKvHeads) * headDim])");
+  a.expect(qkv.dim(1) >= l.rowWidth(), "qkv " + qkv.describe() + " must have at least (numHeads + 2 * numKvHeads) * headDim = " +
+                                           std::to_string(l.rowWidth()) + " columns");
+  l.ld = qkv.dim(1);
   return act;
 }
 
@@ -124,11 +128,14 @@ Napi::Value AddRmsNorm(const Napi::CallbackInfo& info) {
   float eps = float(a.number(3, "eps"));
   Tensor& out = a.tensor(4, "out");
   bool cuda = a.oneDevice();
-  DType act = expectAddRmsNorm(a, res, x, w, out);
+  const bool adapted = a.optionalTensor(5, "bT");
+  DType act = expectAddRmsNorm(a, res, x, w, out, adapted);
+  const cpu::LoraDelta d = expectLoraDelta(a, 5, x, w.dim(0), "x");
+  const int64_t ldx = x.dim(1);
   if (cuda)
-    a.run([&] { gpu::addRmsNorm(act, res.data(), x.data(), a.weights(w), out.data(), res.dim(0), w.dim(0), eps); });
+    a.run([&] { gpu::addRmsNorm(act, res.data(), x.data(), a.weights(w), out.data(), res.dim(0), w.dim(0), eps, ldx, d); });
   else
-    cpu::addRmsNorm(res.ptr<float>(), x.ptr<float>(), a.weights(w), out.ptr<float>(), res.dim(0), w.dim(0), eps);
+    cpu::addRmsNorm(res.ptr<float>(), x.ptr<float>(), a.weights(w), out.ptr<float>(), res.dim(0), w.dim(0), eps, ldx, d);
   return info.Env().Undefined();
 }
 
@@ -212,9 +219,12 @@ Napi::Value SiluMul(const Napi::CallbackInfo& info) {
   OpArgs a(info, "siluMul");
   Tensor &out = a.tensor(0, "out"), &gu = a.tensor(1, "gateUp");
   bool cuda = a.oneDevice();
-  DType act = expectSiluMul(a, out, gu);
-  if (cuda) a.run([&] { gpu::siluMul(act, out.data(), gu.data(), gu.dim(0), gu.dim(1) / 2); });
-  else cpu::siluMul(out.ptr<float>(), gu.ptr<float>(), gu.dim(0), gu.dim(1) / 2);
+  const bool adapted = a.optionalTensor(2, "bT");
+  DType act = expectSiluMul(a, out, gu, adapted);
+  const int64_t inter = adapted ? out.dim(1) : gu.dim(1) / 2, ldg = gu.dim(1);
+  const cpu::LoraDelta d = expectLoraDelta(a, 2, gu, 2 * inter, "gateUp");
+  if (cuda) a.run([&] { gpu::siluMul(act, out.data(), gu.data(), gu.dim(0), inter, 0, ldg, d); });
+  else cpu::siluMul(out.ptr<float>(), gu.ptr<float>(), gu.dim(0), inter, ldg, d);
   return info.Env().Undefined();
 }
 
@@ -312,15 +322,17 @@ Napi::Value RopeKvWrite(const Napi::CallbackInfo& info) {
     qn = a.weights(*qw);
     kn = a.weights(*kw);
   }
+  const cpu::LoraDelta d = expectLoraDelta(a, 12, qkv, l.rowWidth(), "qkv");
   const int32_t* p = pos.ptr<int32_t>();
   if (cuda) {
     a.run([&] {
       gpu::ropeKvWrite(act, qkv.data(), p, inv.ptr<float>(), half, qw ? &qn : nullptr, kw ? &kn : nullptr, eps, c,
-                       slots.ptr<int32_t>(), qkv.dim(0), l);
+                       slots.ptr<int32_t>(), qkv.dim(0), l, d);
     });
     return info.Env().Undefined();
   }
   float* x = qkv.ptr<float>();
+  cpu::addLoraDelta(x, l.stride(), qkv.dim(0), l.rowWidth(), d);
   if (qw) cpu::headRmsNorm(x, qn, kn, qkv.dim(0), l, eps);
   cpu::rope(x, p, inv.ptr<float>(), qkv.dim(0), l, half);
   cpu::kvWrite(cpuCache(c), x, slots.ptr<int32_t>(), qkv.dim(0), l);

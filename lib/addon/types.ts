@@ -40,6 +40,16 @@ export interface Tensor {
   to(device: DeviceName): Tensor;
 }
 
+/**
+ * An adapted projection's delta, added by the op that takes its output y (ropeKvWrite,
+ * siluMul, addRmsNorm). The projection's GEMM ran by W with every slot's A beneath (lib/lora/
+ * slot_weights.ts), so each row of y carries, after its out columns, the row's input shrunk
+ * by every slot (t, slots * S * R columns). The op adds to output o of row r t[r, its slot's
+ * slice of o] · bT[the same, o]; bT [slots * S * R, out] is every slot's b transposed.
+ * slotRanks [slots, S] gives the slots and slices; sliceStarts [S + 1] each slice's first output.
+ */
+export type LoraDelta = [bT: Tensor, slotOfRow: Tensor, sliceStarts: Tensor, slotRanks: Tensor];
+
 /** A marker in the cuda stream. */
 export interface Fence {
   /** Marks the ops enqueued so far; returns at once. */
@@ -146,8 +156,11 @@ export interface Binding {
 
   embedding(out: Tensor, table: Tensor, ids: Tensor): void;
   rmsNorm(out: Tensor, x: Tensor, w: Tensor, eps: number): void;
-  /** residual += x; out = rmsNorm(residual) * w */
-  addRmsNorm(residual: Tensor, x: Tensor, w: Tensor, eps: number, out: Tensor): void;
+  /**
+   * residual += x; out = rmsNorm(residual) * w. With a LoraDelta, x is an adapted projection's
+   * output (its rows wider: t after them), and residual += x plus each row's delta.
+   */
+  addRmsNorm(residual: Tensor, x: Tensor, w: Tensor, eps: number, out: Tensor, ...lora: [] | LoraDelta): void;
   /** In place on the q and k heads of a fused qkv tensor. */
   headRmsNorm(qkv: Tensor, qWeight: Tensor, kWeight: Tensor, numHeads: number, numKvHeads: number, headDim: number, eps: number): void;
   /**
@@ -167,7 +180,8 @@ export interface Binding {
   ): void;
   /** In place on q and k heads; rotates the first 2 * invFreq.length dims of each head. */
   rope(qkv: Tensor, positions: Tensor, invFreq: Tensor, numHeads: number, numKvHeads: number, headDim: number): void;
-  siluMul(out: Tensor, gateUp: Tensor): void;
+  /** out = SiLU(gate) · up; with a LoraDelta, gate and up each plus the row's delta (gateUp's rows wider: t after them). */
+  siluMul(out: Tensor, gateUp: Tensor, ...lora: [] | LoraDelta): void;
   add(out: Tensor, a: Tensor, b: Tensor): void;
   gatherRows(out: Tensor, x: Tensor, indices: Tensor): void;
   /**
@@ -176,10 +190,15 @@ export interface Binding {
    */
   feedTokens(tokens: Tensor, embedRows: Tensor, sampled: Tensor, from: Tensor, rowSlots: Tensor, vocab: number): void;
   kvWrite(kCache: Tensor, vCache: Tensor, qkv: Tensor, slots: Tensor, numHeads: number, numKvHeads: number, headDim: number): void;
-  /** headRmsNorm (when both weights are given), rope, then kvWrite: one launch on CUDA. */
+  /**
+   * headRmsNorm (when both weights are given), rope, then kvWrite: one launch on CUDA. With a
+   * LoraDelta, first each row's delta into qkv's own columns (its rows wider: t after them).
+   * (The ops that take qkv accept rows wider than (numHeads + 2 * numKvHeads) * headDim.)
+   */
   ropeKvWrite(
     qkv: Tensor, positions: Tensor, invFreq: Tensor, kCache: Tensor, vCache: Tensor, slots: Tensor,
     qWeight: Tensor | null, kWeight: Tensor | null, numHeads: number, numKvHeads: number, headDim: number, eps: number,
+    ...lora: [] | LoraDelta
   ): void;
   pagedAttention(
     out: Tensor, qkv: Tensor, kCache: Tensor, vCache: Tensor, blockTables: Tensor, queryStarts: Tensor,

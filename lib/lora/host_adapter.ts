@@ -18,6 +18,8 @@ export interface HostModule {
   a: Tensor;
   /** [out, rank], times the module's scale, in the dtype of the pool's b (beside W: the weight's). */
   b: Tensor;
+  /** b transposed, [rank, out], where the pool's target keeps bT (SlotWeights' LoraTarget). */
+  bT?: Tensor;
 }
 
 /**
@@ -39,6 +41,7 @@ export class HostAdapter {
     const placement = pool.placement;
     // Taken now: the pool may be disposed while the reads run.
     const bDtype = new Map([...pool.targets].map(([name, t]) => [name, t.bAll.dtype as FloatDType]));
+    const keepsBT = new Set([...pool.targets].filter(([, t]) => t.bT).map(([name]) => name));
     const owned: Tensor[] = [];
     const alloc = (dtype: FloatDType, shape: number[], pinned: boolean): Tensor => {
       const t = pinned && placement.device === 'cuda' ? addon.pinnedEmpty(dtype, shape) : addon.empty(dtype, shape);
@@ -75,12 +78,16 @@ export class HostAdapter {
           throw new AdapterError(`adapter ${adapter.name}: ${copy.entry.file}: ${copy.entry.key} is a full copy of ${copy.engine} that differs from the base model's; adapters that retrain ${copy.engine} are not supported`);
         }
       });
-      const modules = await allSettled(adapter.modules.map(async (m) => ({
-        module: m,
-        a: m.embedding ? await transposed(m.a) : await read(m.a, act, true),
-        b: await read(m.b, bDtype.get(m.location.engine)!, true, m.scale),
-      })));
-      const kept = new Set(modules.flatMap((m) => [m.a, m.b]));
+      const modules = await allSettled(adapter.modules.map(async (m): Promise<HostModule> => {
+        const b = await read(m.b, bDtype.get(m.location.engine)!, true, m.scale);
+        let bT: Tensor | undefined;
+        if (keepsBT.has(m.location.engine)) {
+          bT = alloc(b.dtype as FloatDType, [b.shape[1], b.shape[0]], true);
+          addon.copyRegion(bT, b, 0, 0, 1, true);
+        }
+        return { module: m, a: m.embedding ? await transposed(m.a) : await read(m.a, act, true), b, bT };
+      }));
+      const kept = new Set(modules.flatMap((m) => [m.a, m.b, ...(m.bT ? [m.bT] : [])]));
       owned.filter((t) => !kept.has(t)).forEach((t) => t.dispose());
       return new HostAdapter(adapter, modules);
     } catch (e) {
@@ -93,6 +100,7 @@ export class HostAdapter {
     for (const m of this.modules) {
       m.a.dispose();
       m.b.dispose();
+      m.bT?.dispose();
     }
   }
 }

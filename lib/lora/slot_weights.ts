@@ -4,9 +4,13 @@
 // padded, see wideWidth), and b[o, slot] (o's slice's R entries at that slice's place, zeros at
 // the other slices') sits in columns in + slot * slices * R. A step makes each projection's input a wide row [x | t
 // spread over every slot, zeros but the row's own], and one GEMM by the whole widened weight is
-// the projection plus its adapter, summed in f32 and rounded once: no expand launch. At decode
-// sizes the shrink is made where x is made (norm, SiLU·mul); a prefill-sized step shrinks by
-// every slot at once (x · aᵀ, one GEMM) and loraJoin keeps each row's own. The embedding (a holds Aᵀ as
+// the projection plus its adapter, summed in f32 and rounded once: no expand launch. A
+// prefill-sized step makes those rows by shrinking by every slot at once (x · aᵀ, one GEMM;
+// loraJoin keeps each row's own). At decode sizes the widened weight also holds every slot's A
+// beneath W (`ext`, where it is in the activation dtype): one GEMM by it gives the projection
+// and, after it in each row, the input shrunk by every slot, and the op that takes the
+// projection's output adds the row's own slot's t · b (LoraDelta in lib/addon/types.ts): the
+// adapter costs no launch of its own. The embedding (a holds Aᵀ as
 // [slots, vocab, R] so a row gather does the shrink) and lm_head (whose weight may be the
 // embedding's) keep a b of their own, [out, slots, slices * R], for the per-row kernels.
 // Scales are folded into b at load; ranks below R are zero-padded (the GEMMs multiply the
@@ -39,6 +43,14 @@ export interface LoraTarget {
   bCols: number;
   /** The embedding's and lm_head's own b as [out, slots, slices * R] (the per-row kernels' view); beside W: none. */
   b?: Tensor;
+  /**
+   * Beside W, where the widened weight is in the activation dtype: that weight with every
+   * slot's A beneath W, [out + bCols, width] (its first out rows are bAll; A's rows in slot,
+   * slice, rank order, their first in columns), and bT, every slot's b transposed, [bCols,
+   * out]: a decode step's GEMM and LoraDelta.
+   */
+  ext?: Tensor;
+  bT?: Tensor;
   /** i32 [slots, slices]: each slot's rank in each slice (0: nothing there), and its host copy. */
   ranks: Tensor;
   hostRanks: Int32Array;
@@ -86,8 +98,8 @@ export function slotWeightsBytes(
   const elements = (shape: number[]) => shape.reduce((n, d) => n * d, 1);
   const bElements = (t: TargetShape) => {
     if (!t.beside) return elements(t.b);
-    const [rows, cols] = t.weight.shape;
-    return rows * (wideWidth(cols, t.b[1] * t.b[2]) - cols);
+    const [rows, cols] = t.weight.shape, bCols = t.b[1] * t.b[2];
+    return rows * (wideWidth(cols, bCols) - cols) + bCols * wideWidth(cols, bCols) + bCols * rows;  // b beside W, A beneath, bT
   };
   return targetShapes(config, numSlots, rank, targets).reduce((n, t) => n + floatBytes(placement.act) * (elements(t.a) + bElements(t)), 0);
 }
@@ -114,6 +126,8 @@ function widthsOf(shapes: readonly TargetShape[], numSlots: number, rank: number
 
 /** The dtype a widened weight had as the model loaded it, however many pools widened it since. */
 const LOADED_DTYPE = new WeakMap<Tensor, FloatDType>();
+/** A widened weight's whole tensor, A's rows beneath W included (see widen). */
+const EXT = new WeakMap<Tensor, Tensor>();
 
 export class SlotWeights {
   readonly targets = new Map<string, LoraTarget>();
@@ -170,12 +184,19 @@ export class SlotWeights {
         name: w.name, embedding, sliceOffsets: offsets,
         sliceStarts: make(addon.fromArray('i32', [starts.length], Int32Array.from(starts), device)),
         a: aStack, aAll: make(aStack.view([a[0] * a[1], a[2]])),
-        bAll: make(own ? own.view([b[0], b[1] * b[2]]) : this.widen(w.name, cols, wideWidth(cols, b[1] * b[2]))),
+        bAll: make(own ? own.view([b[0], b[1] * b[2]]) : this.widen(w.name, cols, wideWidth(cols, b[1] * b[2]), b[1] * b[2])),
         bCol: own ? 0 : cols, bCols: b[1] * b[2], b: own,
         ranks: make(span.view([this.numSlots, slices])),
         hostRanks: this.hostRanks.subarray(at, at + this.numSlots * slices),
       };
       span.dispose();
+      const ext = own ? undefined : EXT.get(t.bAll);
+      if (ext && ext.dtype === act) {
+        t.ext = make(ext);
+        t.bT = make(addon.zeros(act, [t.bCols, rows], device));
+      } else {
+        ext?.dispose();
+      }
       const views = Array.from({ length: this.numSlots }, (_, slot) => make(slice(t.a, slot)));
       this.targets.set(w.name, t);
       this.slotViews.set(t, views);
@@ -189,16 +210,20 @@ export class SlotWeights {
 
   /**
    * The model's weight `name` ([out, cols]) widened to `width` columns (zeros past its own),
-   * in its place in the model's weights. A weight another pool widened (an engine that was
-   * not closed) gives its first cols columns and stays that pool's. Its dtype: the weight's,
-   * or f32 where either the weight or the activations are (the CPU computes in f32 with bf16
-   * weights: W is widened exactly, and b keeps f32 as the kernels' b would).
+   * in its place in the model's weights, as the first rows of a tensor with `below` zero rows
+   * more for A (EXT gives the whole; widen's caller takes that reference). A weight another
+   * pool widened (an engine that was not closed) gives its first cols columns and stays that
+   * pool's. Its dtype: the weight's, or f32 where either the weight or the activations are (the
+   * CPU computes in f32 with bf16 weights: W is widened exactly, and b keeps f32 as the
+   * kernels' b would).
    */
-  private widen(name: string, cols: number, width: number): Tensor {
+  private widen(name: string, cols: number, width: number, below: number): Tensor {
     const w = this.base.get(name);
     if (!w) throw new Error(`LoRA pool: the model has no weight ${name}`);
     const dtype = w.dtype === 'f32' || this.placement.act === 'f32' ? 'f32' : w.dtype as FloatDType;
-    const wide = addon.zeros(dtype, [w.shape[0], width], w.device);
+    const ext = addon.zeros(dtype, [w.shape[0] + below, width], w.device);
+    const wide = ext.narrow(0, w.shape[0]);
+    EXT.set(wide, ext);
     addon.copyRegion(wide, w, 0, 0, 1, false, cols);
     this.base.set(name, wide);
     LOADED_DTYPE.set(wide, LOADED_DTYPE.get(w) ?? w.dtype as FloatDType);
@@ -225,6 +250,8 @@ export class SlotWeights {
     for (const t of this.targets.values()) {
       n += floatBytes(t.a.dtype as FloatDType) * t.a.shape.reduce((x, d) => x * d, 1);
       n += floatBytes(t.bAll.dtype as FloatDType) * t.bAll.shape[0] * (t.bAll.shape[1] - t.bCol);
+      if (t.bCol > 0) n += floatBytes(t.bAll.dtype as FloatDType) * t.bCols * t.bAll.shape[1];  // A beneath W
+      if (t.bT) n += floatBytes(t.bT.dtype as FloatDType) * t.bCols * t.bT.shape[1];
     }
     return n;
   }
@@ -237,11 +264,13 @@ export class SlotWeights {
   load(slot: number, host: HostAdapter): void {
     for (const t of this.targets.values()) this.slotRanks(t, slot).fill(0);
     const regions: UploadRegion[] = [];
-    for (const { module: m, a, b } of host.modules) {
+    for (const { module: m, a, b, bT } of host.modules) {
       const t = this.targets.get(m.location.engine)!;
       const j = t.embedding ? 0 : t.sliceOffsets.indexOf(m.location.rowOffset);
       regions.push(
         { dst: this.slotViews.get(t)![slot], src: a, row: j * this.rank },
+        ...(t.ext ? [{ dst: t.ext, src: a, row: this.aRow(t, slot) + j * this.rank }] : []),
+        ...(t.bT && bT ? [{ dst: t.bT, src: bT, row: slot * this.slotWidth(t) + j * this.rank, col: m.location.rowOffset }] : []),
         { dst: t.bAll, src: b, row: t.embedding ? 0 : m.location.rowOffset, col: t.bCol + slot * this.slotWidth(t) + j * this.rank },
       );
       this.slotRanks(t, slot)[j] = m.rank;
@@ -269,8 +298,17 @@ export class SlotWeights {
   private zeroRegions(targets: LoraTarget[], slot: number): UploadRegion[] {
     return targets.flatMap((t) => {
       const width = this.slotWidth(t);
-      return [{ dst: this.slotViews.get(t)![slot] }, { dst: t.bAll, col: t.bCol + slot * width, cols: width }];
+      return [
+        { dst: this.slotViews.get(t)![slot] }, { dst: t.bAll, col: t.bCol + slot * width, cols: width },
+        ...(t.ext ? [{ dst: t.ext, row: this.aRow(t, slot), rows: width }] : []),
+        ...(t.bT ? [{ dst: t.bT, row: slot * width, rows: width }] : []),
+      ];
     });
+  }
+
+  /** The first of a slot's rows of A in a target's ext. */
+  private aRow(t: LoraTarget, slot: number): number {
+    return t.bAll.shape[0] + slot * this.slotWidth(t);
   }
 
   /** Columns of b per slot: slices * R (an embedding: R). */
@@ -282,7 +320,7 @@ export class SlotWeights {
   dispose(): void {
     for (const t of this.targets.values()) {
       this.slotViews.get(t)!.forEach((x) => x.dispose());
-      [t.a, t.b, t.aAll, t.sliceStarts, t.ranks].forEach((x) => x?.dispose());
+      [t.a, t.b, t.aAll, t.sliceStarts, t.ranks, t.ext, t.bT].forEach((x) => x?.dispose());
       if (t.bCol > 0 && !t.bAll.disposed) this.narrow(t);
       else t.bAll.dispose();
     }

@@ -1,6 +1,6 @@
 // The Llama decoder composed from addon ops. Qwen3 (qwen3.ts) is this model plus a
 // per-head RMSNorm on q and k.
-import { addon, type Tensor } from '../addon/index.js';
+import { addon, type LoraDelta, type Tensor } from '../addon/index.js';
 import type { ModelConfig } from '../checkpoint/config.js';
 import type { LoraTarget, SlotWeights } from '../lora/slot_weights.js';
 import type { KvCache } from './kv_cache.js';
@@ -20,10 +20,12 @@ export class LlamaModel {
   lora?: SlotWeights;
   /**
    * From this many rows (prefill-sized steps; a captured decode step of that many rows too:
-   * the path does not depend on the mix) the adapters shrink by one GEMM over every slot's
-   * A instead of the per-row kernels, made for decode's few rows, which spent 100-200 µs an
-   * op at 4096 rows of Qwen3-0.6B (the engine sets it from MSTAR_LORA_GEMM_ROWS; tests move
-   * it to compare the two). Either way the expand is part of the projection's GEMM.
+   * the path does not depend on the mix) the adapters shrink by one GEMM over every slot's A
+   * and expand in the projection's GEMM, by b beside W; below, each projection's GEMM by W
+   * with every slot's A beneath gives its shrink with its output, and the op that takes the
+   * output expands, a rank-long dot product an output, which at 4096 rows would cost more
+   * than the GEMM's tensor cores do (the engine sets it from MSTAR_LORA_GEMM_ROWS; tests move
+   * it to compare the two).
    */
   loraGemmRows = 256;
 
@@ -77,56 +79,46 @@ export class LlamaModel {
     const gemms = n >= this.loraGemmRows;
     const numSlots = lora?.weights.numSlots ?? 0;
     /**
-     * An adapted projection (b beside W) takes a wide row: its input, then each row's shrink at
-     * its slot's columns (zeros at the others'), as wide as the widened weight's W and b; one
-     * GEMM by that weight is then the projection plus each row's adapter. At decode sizes the
-     * norm and SiLU·mul make it where they make their output, in one launch.
+     * At decode sizes an adapted projection runs by its extended weight, every slot's A beneath
+     * W: one GEMM gives its output, each row followed by the row's input shrunk by every slot,
+     * and the op that takes the output adds the row's own adapter (a LoraDelta: ropeKvWrite,
+     * siluMul, or the next addRmsNorm for o and down), so the adapter costs no launch of its
+     * own. Not where a bias would have to cover the wider rows.
      */
-    const wideFor = (t: LoraTarget | undefined): t is LoraTarget => !!t && !!lora && !gemms && t.bCol > 0;
-    const wideRow = (name: BufferName, t: LoraTarget, rows: number) => buffer(name, rows, t.bCol + t.bCols);
-    /** rmsNorm(residual) as the input of `next`: x, or x's wide row when next is adapted. */
-    const norm = (weight: string, next?: string): Tensor => {
-      const t = next ? adapted(next) : undefined;
-      if (!wideFor(t)) {
+    const extended = (name: string): LoraTarget | undefined => {
+      const t = adapted(name);
+      return t?.ext && !gemms && !this.bias(name) ? t : undefined;
+    };
+    const delta = (t: LoraTarget): LoraDelta => [t.bT!, lora!.plan.rowSlots, t.sliceStarts, t.ranks];
+    /** An extended o or down's output [n, hidden + its shrink], for the next norm to add to the residual. */
+    let pending: { y: Tensor; t: LoraTarget } | undefined;
+    /** rmsNorm(residual) into x, the residual first taking a pending output with its delta. */
+    const norm = (weight: string): Tensor => {
+      if (!pending) {
         addon.rmsNorm(x, residual, this.w(weight), c.rmsNormEps);
         return x;
       }
-      const xt = wideRow('x', t, n);
-      addon.rmsNormShrink(xt, residual, this.w(weight), c.rmsNormEps, null, t.a, lora!.plan.rowSlots, t.ranks);
-      return xt;
-    };
-    /** SiLU(gate) · up as the input of `next`: act, or act's wide row when next is adapted. */
-    const activate = (next: string): Tensor => {
-      const t = adapted(next);
-      if (!wideFor(t)) {
-        addon.siluMul(act, gateUp);
-        return act;
-      }
-      const at = wideRow('act', t, n);
-      addon.siluMulShrink(at, gateUp, null, t.a, lora!.plan.rowSlots, t.ranks);
-      return at;
+      addon.addRmsNorm(residual, pending.y, this.w(weight), c.rmsNormEps, x, ...delta(pending.t));
+      pending.y.dispose();
+      pending = undefined;
+      return x;
     };
     /**
-     * out = input · Wᵀ (+ bias) plus each row's adapter delta (out += with accumulate): one
-     * GEMM by the widened weight from the input's wide row. The row is made here unless the
-     * input is one already, in `x` or `act`, whichever the input is not in (o's input comes
+     * out = input · Wᵀ (+ bias) plus each row's adapter delta (out += with accumulate), where
+     * the projection is not extended: one GEMM by the widened weight from the input's wide row
+     * (b beside W), made here in `x` or `act`, whichever the input is not in (o's input comes
      * from attention, down's from act; x is free from qkv's projection to the next norm, act
-     * from down's to the next SiLU·mul): by the per-row shrink at decode sizes, by a GEMM over
-     * every slot's A (and loraJoin) for prefill-sized steps. lm_head (its own b): the per-row
-     * shrink and expand kernels.
+     * from down's to the next SiLU·mul): by a GEMM over every slot's A and loraJoin for
+     * prefill-sized steps, else by the per-row shrink. lm_head (its own b): the per-row shrink
+     * and expand kernels.
      */
     type ProjectOptions = { slots?: Tensor; accumulate?: boolean };
     const project = (out: Tensor, input: Tensor, name: string, o: ProjectOptions = {}) => {
       const t = adapted(name);
       const slots = o.slots ?? lora?.plan.rowSlots;
       const w = this.w(name);
-      const made = !!t && t.bCol > 0 && input.shape[1] === t.bCol + t.bCols;
       if (!t || !slots) {
         addon.linear(out, input, w, this.bias(name), o.accumulate, 0);  // W's own columns, if a pool widened it
-        return;
-      }
-      if (made) {
-        addon.linearWide(out, input, w, this.bias(name), !!o.accumulate, slots, t.bCol, numSlots);
         return;
       }
       const rows = input.shape[0];
@@ -137,7 +129,7 @@ export class LlamaModel {
         s.dispose();
         return;
       }
-      const xt = wideRow(input === x ? 'act' : 'x', t, rows);
+      const xt = buffer(input === x ? 'act' : 'x', rows, t.bCol + t.bCols);
       if (rows >= this.loraGemmRows) {
         const s = buffer('lora', rows, t.aAll.shape[0]);
         addon.linear(s, input, t.aAll, null);
@@ -149,20 +141,44 @@ export class LlamaModel {
       addon.linearWide(out, xt, w, this.bias(name), !!o.accumulate, slots, t.bCol, numSlots);
       xt.dispose();
     };
-    /** project, the wide row (if one was made) given back to its buffer after. */
-    const projectFrom = (out: Tensor, input: Tensor, name: string, o: ProjectOptions = {}) => {
-      project(out, input, name, o);
-      if (input !== x && input !== act) input.dispose();
+    /** The residual takes input's projection `name`: now, or (extended) at the next norm. */
+    const addToResidual = (input: Tensor, name: string) => {
+      const t = extended(name);
+      if (!t) return project(residual, input, name, { accumulate: true });
+      const y = buffer('proj', n, c.hiddenSize + t.bCols);
+      addon.linear(y, input, t.ext!, null, false, 0);
+      pending = { y, t };
     };
+    /** The input's extended projection, [n, out + its shrink], in buffer `name`. */
+    const projectExtended = (name: BufferName, input: Tensor, t: LoraTarget, out: number) => {
+      const y = buffer(name, n, out + t.bCols);
+      addon.linear(y, input, t.ext!, null, false, 0);
+      return y;
+    };
+    const qkvCols = (H + 2 * K) * hd;
     for (let l = 0; l < c.numLayers; l++) {
       const p = `layers.${l}`;
-      projectFrom(qkv, norm(`${p}.attn_norm`, `${p}.qkv`), `${p}.qkv`);
+      const input = norm(`${p}.attn_norm`);
+      const tq = extended(`${p}.qkv`);
+      const q = tq ? projectExtended('qkv', input, tq, qkvCols) : qkv;
+      if (!tq) project(qkv, input, `${p}.qkv`);
       const [qNorm, kNorm] = this.qkNorms(l) ?? [null, null];
-      addon.ropeKvWrite(qkv, step.positions, this.invFreq, kv.k[l], kv.v[l], step.slots, qNorm, kNorm, H, K, hd, c.rmsNormEps);
-      addon.pagedAttention(attn, qkv, kv.k[l], kv.v[l], step.blockTables, step.queryStarts, step.contextLens, H, K, hd, this.scale);
-      project(residual, attn, `${p}.o`, { accumulate: true });
-      projectFrom(gateUp, norm(`${p}.mlp_norm`, `${p}.gate_up`), `${p}.gate_up`);
-      projectFrom(residual, activate(`${p}.down`), `${p}.down`, { accumulate: true });
+      addon.ropeKvWrite(q, step.positions, this.invFreq, kv.k[l], kv.v[l], step.slots, qNorm, kNorm, H, K, hd, c.rmsNormEps,
+        ...(tq ? delta(tq) : []));
+      addon.pagedAttention(attn, q, kv.k[l], kv.v[l], step.blockTables, step.queryStarts, step.contextLens, H, K, hd, this.scale);
+      if (q !== qkv) q.dispose();
+      addToResidual(attn, `${p}.o`);
+      const mlpInput = norm(`${p}.mlp_norm`);
+      const tg = extended(`${p}.gate_up`);
+      if (tg) {
+        const gu = projectExtended('gateUp', mlpInput, tg, 2 * c.intermediateSize);
+        addon.siluMul(act, gu, ...delta(tg));
+        gu.dispose();
+      } else {
+        project(gateUp, mlpInput, `${p}.gate_up`);
+        addon.siluMul(act, gateUp);
+      }
+      addToResidual(act, `${p}.down`);
     }
     norm('final_norm');
     addon.gatherRows(last, x, step.logitRows);

@@ -7,15 +7,17 @@ import type { ModelConfig } from '../checkpoint/config.js';
 import type { PoolWidths } from '../lora/slot_weights.js';
 import { floatBytes, type Placement } from './placement.js';
 
-export type BufferName = 'residual' | 'x' | 'qkv' | 'attn' | 'gateUp' | 'act' | 'last' | 'logits' | 'lora';
+export type BufferName = 'residual' | 'x' | 'qkv' | 'attn' | 'gateUp' | 'act' | 'proj' | 'last' | 'logits' | 'lora';
 
 export class Workspace {
   private readonly flat = new Map<BufferName, Tensor>();
 
   /**
    * `maxTokens`: token rows of the largest step; `maxRows`: its logit rows. `lora`: the
-   * widths the adapter pool adds (SlotWeights.widths): the rank-space buffer ('lora'), and the
-   * wide rows 'x' and 'act' hold (absent: no pool).
+   * widths the adapter pool adds (SlotWeights.widths): the rank-space buffer ('lora'), the
+   * wide rows 'x' and 'act' hold, the shrink by every slot after the rows of 'qkv' and
+   * 'gateUp', and 'proj', o's or down's output with it before the residual takes it (absent:
+   * no pool).
    */
   constructor(
     config: ModelConfig, readonly placement: Placement, readonly maxTokens: number, readonly maxRows: number,
@@ -58,14 +60,14 @@ function bufferSizes(c: ModelConfig, T: number, R: number, lora?: PoolWidths): [
   const sizes: [BufferName, number][] = [
     ['residual', T * c.hiddenSize],
     ['x', T * Math.max(c.hiddenSize, lora?.wide ?? 0)],
-    ['qkv', T * (c.numHeads + 2 * c.numKvHeads) * c.headDim],
+    ['qkv', T * ((c.numHeads + 2 * c.numKvHeads) * c.headDim + (lora?.lora ?? 0))],
     ['attn', T * c.numHeads * c.headDim],
-    ['gateUp', T * 2 * c.intermediateSize],
+    ['gateUp', T * (2 * c.intermediateSize + (lora?.lora ?? 0))],
     ['act', T * Math.max(c.intermediateSize, lora?.wide ?? 0)],
     ['last', R * c.hiddenSize],
     ['logits', R * c.vocabSize],
   ];
-  if (lora) sizes.push(['lora', Math.max(T, R) * lora.lora]);
+  if (lora) sizes.push(['lora', Math.max(T, R) * lora.lora], ['proj', T * (c.hiddenSize + lora.lora)]);
   return sizes;
 }
 

@@ -15,7 +15,7 @@ void kvWrite(KvCache c, const float* qkv, const int32_t* slots, int64_t n, HeadL
   int64_t kvWidth = int64_t(l.numKvHeads) * l.headDim;
   for (int64_t t = 0; t < n; ++t) {
     if (slots[t] < 0) continue;
-    const float* k = qkv + t * l.rowWidth() + int64_t(l.numHeads) * l.headDim;
+    const float* k = qkv + t * l.stride() + int64_t(l.numHeads) * l.headDim;
     std::memcpy(c.k + int64_t(slots[t]) * kvWidth, k, size_t(kvWidth) * 4);
     std::memcpy(c.v + int64_t(slots[t]) * kvWidth, k + kvWidth, size_t(kvWidth) * 4);
   }
@@ -38,7 +38,7 @@ void pagedAttention(float* out, const float* qkv, KvCache c, const int32_t* bloc
       int64_t qLen = queryStarts[s + 1] - queryStarts[s];
       int64_t pos = contextLens[s] - qLen + (t - queryStarts[s]);
       const int32_t* table = blockTables + s * maxBlocks;
-      const float* q = qkv + t * l.rowWidth() + int64_t(h) * hd;
+      const float* q = qkv + t * l.stride() + int64_t(h) * hd;
       int64_t kvOffset = int64_t(h / groups) * hd;
 
       scores.resize(size_t(pos + 1));

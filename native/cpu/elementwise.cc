@@ -17,11 +17,16 @@ void embedding(float* out, Weights table, const int32_t* ids, int64_t n, int64_t
   });
 }
 
-void siluMul(float* out, const float* gateUp, int64_t n, int64_t inter) {
+void siluMul(float* out, const float* gateUp, int64_t n, int64_t inter, int64_t ldg, const LoraDelta& d) {
+  if (!ldg) ldg = 2 * inter;
   parallelFor(n * inter, 1 << 14, [&](int64_t b, int64_t e) {
     for (int64_t j = b; j < e; ++j) {
       int64_t r = j / inter, i = j % inter;
-      float g = gateUp[r * 2 * inter + i], u = gateUp[r * 2 * inter + inter + i];
+      float g = gateUp[r * ldg + i], u = gateUp[r * ldg + inter + i];
+      if (d.t) {
+        g += loraDelta(d, r, i);
+        u += loraDelta(d, r, inter + i);
+      }
       out[j] = g / (1.0f + std::exp(-g)) * u;
     }
   });

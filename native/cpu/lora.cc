@@ -62,6 +62,28 @@ void loraExpand(float* out, const float* t, Weights b, int64_t numSlots, const i
   });
 }
 
+float loraDelta(const LoraDelta& d, int64_t r, int64_t o) {
+  const int32_t slot = d.slotOfRow[r];
+  if (slot <= 0 || slot >= d.numSlots) return 0;
+  int64_t s = 0;
+  while (s < d.numSlices && !(d.sliceStarts[s] <= o && o < d.sliceStarts[s + 1])) ++s;
+  if (s == d.numSlices) return 0;
+  const int64_t c = (int64_t(slot) * d.numSlices + s) * d.rank;
+  const int64_t used = d.ranks ? std::min<int64_t>(d.rank, d.ranks[slot * d.numSlices + s]) : d.rank;
+  const float* t = static_cast<const float*>(d.t) + r * d.ldt + c;
+  const float* b = static_cast<const float*>(d.bT) + c * d.ldb + o;
+  float acc = 0;
+  for (int64_t k = 0; k < used; ++k) acc += t[k] * b[k * d.ldb];
+  return acc;
+}
+
+void addLoraDelta(float* y, int64_t ldy, int64_t n, int64_t outF, const LoraDelta& d) {
+  if (!d.t) return;
+  parallelFor(n * outF, 1 << 12, [&](int64_t b, int64_t e) {
+    for (int64_t j = b; j < e; ++j) y[(j / outF) * ldy + j % outF] += loraDelta(d, j / outF, j % outF);
+  });
+}
+
 void copyRegion(void* dst, DType dt, int64_t dstCols, const void* src, DType st, int64_t rows, int64_t cols,
                 int64_t rowOffset, int64_t colOffset, float scale, bool transpose, int64_t srcLd) {
   // Reads src[rows, cols] (or its transpose) and writes scale * it at (rowOffset, colOffset).

@@ -22,11 +22,13 @@ void rmsNorm(float* out, const float* x, Weights w, int64_t rows, int64_t dim, f
   });
 }
 
-void addRmsNorm(float* residual, const float* x, Weights w, float* out, int64_t rows, int64_t dim, float eps) {
+void addRmsNorm(float* residual, const float* x, Weights w, float* out, int64_t rows, int64_t dim, float eps,
+                int64_t ldx, const LoraDelta& d) {
+  if (!ldx) ldx = dim;
   parallelFor(rows, 16, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       float* res = residual + r * dim;
-      for (int64_t i = 0; i < dim; ++i) res[i] += x[r * dim + i];
+      for (int64_t i = 0; i < dim; ++i) res[i] += x[r * ldx + i] + (d.t ? loraDelta(d, r, i) : 0.0f);
       normRow(out + r * dim, res, w, dim, eps);
     }
   });
@@ -38,7 +40,7 @@ void headRmsNorm(float* qkv, Weights qw, Weights kw, int64_t n, HeadLayout l, fl
     for (int64_t j = b; j < e; ++j) {
       int64_t row = j / heads;
       int h = int(j % heads);
-      float* x = qkv + row * l.rowWidth() + int64_t(h) * l.headDim;
+      float* x = qkv + row * l.stride() + int64_t(h) * l.headDim;
       normRow(x, x, h < l.numHeads ? qw : kw, l.headDim, eps);
     }
   });

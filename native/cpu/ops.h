@@ -17,22 +17,51 @@ struct Weights {
   int64_t ld = 0;
 };
 
-// Fused qkv rows: [n, (numHeads + 2 * numKvHeads) * headDim], q heads first, then k, then v.
+// Fused qkv rows: [n, (numHeads + 2 * numKvHeads) * headDim], q heads first, then k, then v;
+// rows ld apart where they are wider (an adapted projection's rows carry its shrink after them).
 struct HeadLayout {
   int numHeads, numKvHeads, headDim;
+  int64_t ld = 0;  // row stride; 0: rowWidth()
   int64_t rowWidth() const { return int64_t(numHeads + 2 * numKvHeads) * headDim; }
+  int64_t stride() const { return ld ? ld : rowWidth(); }
 };
+
+// An adapted projection's delta, added by the op that takes the projection's output y. The
+// projection's GEMM ran by its weight with every slot's A beneath W (lib/lora/slot_weights.ts),
+// so each row of y carries, after its own columns, the row's input shrunk by every slot: t.
+// Output o of row r gains the sum over k of t[r, c + k] * bT[c + k, o], c = (slot * numSlices +
+// s) * rank, for the row's slot (0 or out of range: nothing), s the slice holding o
+// (sliceStarts), k below the slot's rank in s. bT is every slot's b transposed, [slots *
+// numSlices * rank, outputs] (a row of outputs is one run of memory, read whole by the op's
+// threads). t and bT are activations: f32 on the CPU, the activation type on CUDA.
+struct LoraDelta {
+  const void* t = nullptr;  // row r at t + r * ldt elements; null: no delta
+  int64_t ldt = 0;
+  const void* bT = nullptr;  // row k at bT + k * ldb
+  int64_t ldb = 0;
+  const int32_t* slotOfRow = nullptr;
+  const int32_t* sliceStarts = nullptr;  // numSlices + 1 entries
+  int64_t numSlices = 0, numSlots = 0, rank = 0;
+  const int32_t* ranks = nullptr;  // [numSlots, numSlices], each slot's rank per slice
+};
+// Row r's delta at output o (f32, k in order).
+float loraDelta(const LoraDelta& d, int64_t r, int64_t o);
 
 void embedding(float* out, Weights table, const int32_t* ids, int64_t n, int64_t dim);
 void rmsNorm(float* out, const float* x, Weights w, int64_t rows, int64_t dim, float eps);
-void addRmsNorm(float* residual, const float* x, Weights w, float* out, int64_t rows, int64_t dim, float eps);
+// residual += x (+ d's delta), then out = rmsNorm(residual); x's rows ldx apart (0: dim).
+void addRmsNorm(float* residual, const float* x, Weights w, float* out, int64_t rows, int64_t dim, float eps,
+                int64_t ldx = 0, const LoraDelta& d = {});
 void headRmsNorm(float* qkv, Weights qw, Weights kw, int64_t n, HeadLayout l, float eps);
 // out[n, outF] = x[n, in] · W[outF, in]^T (+ bias[outF]); accumulate: out += that.
 void linear(float* out, const float* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
             bool accumulate = false);
 // Rotates the first 2 * half dims of every q and k head (rotate-half / NeoX pairing).
 void rope(float* qkv, const int32_t* positions, const float* invFreq, int64_t n, HeadLayout l, int half);
-void siluMul(float* out, const float* gateUp, int64_t n, int64_t inter);
+// gate and up (+ d's delta) of rows ldg apart (0: 2 * inter).
+void siluMul(float* out, const float* gateUp, int64_t n, int64_t inter, int64_t ldg = 0, const LoraDelta& d = {});
+// y[r, o] += d's delta for o < outF, rows ldy apart.
+void addLoraDelta(float* y, int64_t ldy, int64_t n, int64_t outF, const LoraDelta& d);
 void add(float* out, const float* a, const float* b, int64_t n);
 void gatherRows(float* out, const float* x, const int32_t* idx, int64_t m, int64_t dim);
 // Where from[i] >= 0: tokens[i] = sampled[from[i]], embedRows[i] = rowSlots[i] * vocab + tokens[i].

@@ -16,7 +16,7 @@ void rope(float* qkv, const int32_t* positions, const float* invFreq, int64_t n,
         float angle = pos * invFreq[i];  // f32 product, as torch forms freqs
         float c = std::cos(angle), s = std::sin(angle);
         for (int h = 0; h < heads; ++h) {
-          float* x = qkv + t * l.rowWidth() + int64_t(h) * l.headDim;
+          float* x = qkv + t * l.stride() + int64_t(h) * l.headDim;
           float x1 = x[i], x2 = x[i + half];
           x[i] = x1 * c - x2 * s;
           x[i + half] = x2 * c + x1 * s;

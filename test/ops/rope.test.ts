@@ -66,7 +66,7 @@ describe('rope', () => {
     expectOpError(() => addon.rope(qkv, i32([2], [0, 1]), inv, 2, 1, 8), /^rope: positions must be \[3\]/);
     expectOpError(() => addon.rope(qkv, f32([3], [0, 1, 2]), inv, 2, 1, 8), /^rope: positions must be i32/);
     expectOpError(() => addon.rope(qkv, pos, addon.zeros('bf16', [4]), 2, 1, 8), /^rope: invFreq must be f32/);
-    expectOpError(() => addon.rope(qkv, pos, inv, 2, 2, 8), /^rope: qkv \(.*\) must be \[3, 48\]/);
+    expectOpError(() => addon.rope(qkv, pos, inv, 2, 2, 8), /^rope: qkv f32\[3, 32\] must have at least \(numHeads \+ 2 \* numKvHeads\) \* headDim = 48 columns/);
     expectOpError(() => addon.rope(qkv, pos, inv, 2, 0, 8), /^rope: numKvHeads must be an integer >= 1/);
     expect(floats(qkv).every((v) => v === 0)).toBe(true);
   });

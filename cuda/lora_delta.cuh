@@ -1,0 +1,138 @@
+// An adapted projection's delta, added by the op that takes the projection's output
+// (LoraDelta, native/cpu/ops.h): ropeKvWrite for qkv, siluMul for gate_up, addRmsNorm for
+// o and down. Their GEMM ran by the weight with every slot's A beneath W, so y's rows carry
+// t after their own columns; what is left of the adapter is rank-long dot products here,
+// where the op reads y anyway: no shrink or expand launch of its own. b is read transposed
+// (bT, a row of outputs per rank entry): a warp's neighbouring outputs are neighbouring
+// elements, one run of memory (b's rows, R entries an output 8 KB apart, had each thread
+// wait on scattered 32-byte reads: 15 us for an 8B addRmsNorm against 1.7 plain).
+#pragma once
+#include "common.cuh"
+
+namespace mstar::gpu {
+
+// Whether V consecutive outputs' bT entries (from a multiple of V) allow one load, and 8 rank
+// entries of t one 16-byte load.
+inline bool deltaRunsOf(const LoraDelta& d, int v, size_t elem) {
+  auto aligned = [](const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
+  return d.ldb % v == 0 && aligned(d.bT, v * elem) && d.ldt % 8 == 0 && d.rank % 8 == 0 && aligned(d.t, 16);
+}
+
+// The slice of output o (numSlices: none).
+__device__ __forceinline__ int64_t deltaSlice(const LoraDelta& d, int64_t o) {
+  int64_t s = 0;
+  while (s < d.numSlices && !(d.sliceStarts[s] <= o && o < d.sliceStarts[s + 1])) ++s;
+  return s;
+}
+
+// Where row r's t and bT's rows start for slice s of `slot`, and the slot's rank there (0: none).
+template <typename T>
+__device__ __forceinline__ int64_t deltaSpan(const LoraDelta& d, int64_t r, int32_t slot, int64_t s, const T*& t,
+                                             int64_t& c) {
+  if (slot <= 0 || slot >= d.numSlots || s >= d.numSlices) return 0;
+  c = (int64_t(slot) * d.numSlices + s) * d.rank;
+  t = static_cast<const T*>(d.t) + r * d.ldt + c;
+  return d.ranks ? min(d.rank, int64_t(d.ranks[int64_t(slot) * d.numSlices + s])) : d.rank;
+}
+
+// Row r's delta at outputs o[0 .. N) into acc (f32, k in order as the CPU sums it; 0 for
+// slot 0, a slot out of range or a column outside every slice), for the row's slot (read
+// once by the caller). Each k's loads of the N outputs go out together.
+template <typename T, int N>
+__device__ __forceinline__ void loraDeltas(const LoraDelta& d, int64_t r, int32_t slot, const int64_t (&o)[N],
+                                           float (&acc)[N]) {
+  const T* t[N];
+  const T* b[N];
+  int64_t used[N];
+#pragma unroll
+  for (int e = 0; e < N; ++e) {
+    int64_t c = 0;
+    acc[e] = 0;
+    used[e] = deltaSpan<T>(d, r, slot, deltaSlice(d, o[e]), t[e], c);
+    b[e] = static_cast<const T*>(d.bT) + c * d.ldb + o[e];
+  }
+#pragma unroll 4
+  for (int64_t k = 0; k < d.rank; ++k)
+#pragma unroll
+    for (int e = 0; e < N; ++e)
+      if (k < used[e]) acc[e] += toF(t[e][k]) * toF(b[e][k * d.ldb]);
+}
+
+// KC rank entries k0 .. k0 + KC of t, and of bT for the V outputs at b: all the loads at
+// once, then the sums (in k's order).
+template <typename T, int V, int KC>
+__device__ __forceinline__ void deltaChunk(const T* t, const T* b, int64_t ldb, int64_t k0, float (&acc)[V]) {
+  float tv[KC], bv[KC][V];
+#pragma unroll
+  for (int j = 0; j < KC; j += 8) loadVec<T, 8>(*reinterpret_cast<float(*)[8]>(tv + j), t + k0 + j);
+#pragma unroll
+  for (int j = 0; j < KC; ++j) loadVec<T, V>(bv[j], b + (k0 + j) * ldb);
+#pragma unroll
+  for (int j = 0; j < KC; ++j)
+#pragma unroll
+    for (int e = 0; e < V; ++e) acc[e] += tv[j] * bv[j][e];
+}
+
+// The same for the V outputs o0 .. o0 + V - 1 (o0 a multiple of V): where they share a slice
+// and vec (deltaRunsOf), one load of bT a rank entry for all V, every entry's loads (t's 8 at
+// a time) in flight together, 16 entries a round. All of the pool's rank: a slot of lower
+// rank has zeros past its own in t and in bT alike. (A thread's outputs a warp apart, one load
+// per output and entry, made ropeKvWrite 26 us against 3.5 plain; a round of 4 entries, 7.4;
+// rounds of 8 entries under a branch per entry, 10.2.)
+template <typename T, int V>
+__device__ __forceinline__ void loraDeltasRun(const LoraDelta& d, bool vec, int64_t r, int32_t slot, int64_t o0,
+                                              float (&acc)[V]) {
+  const int64_t s = deltaSlice(d, o0);
+  if (!vec || s != deltaSlice(d, o0 + V - 1)) {
+    int64_t o[V];
+#pragma unroll
+    for (int e = 0; e < V; ++e) o[e] = o0 + e;
+    return loraDeltas<T, V>(d, r, slot, o, acc);
+  }
+#pragma unroll
+  for (int e = 0; e < V; ++e) acc[e] = 0;
+  const T* t = nullptr;
+  int64_t c = 0;
+  if (!deltaSpan<T>(d, r, slot, s, t, c)) return;
+  const T* b = static_cast<const T*>(d.bT) + c * d.ldb + o0;
+  int64_t k0 = 0;
+  for (; k0 + 16 <= d.rank; k0 += 16) deltaChunk<T, V, 16>(t, b, d.ldb, k0, acc);
+  if (k0 < d.rank) deltaChunk<T, V, 8>(t, b, d.ldb, k0, acc);  // the rank is a multiple of 8 (deltaRunsOf)
+}
+
+// y[0 .. V) + the deltas at o0 .. o0 + V - 1, rounded as the projection with its adapter is
+// stored, into y (no delta: y unchanged).
+template <typename T, int V>
+__device__ __forceinline__ void addDeltasRun(const LoraDelta& d, bool vec, int64_t r, int32_t slot, int64_t o0,
+                                             float (&y)[V]) {
+  if (!d.t) return;
+  float acc[V];
+  loraDeltasRun<T, V>(d, vec, r, slot, o0, acc);
+#pragma unroll
+  for (int e = 0; e < V; ++e) y[e] = toF(fromF<T>(y[e] + acc[e]));
+}
+
+// Before awaitPrior (bT is a weight, slotOfRow a step's input: no op of the step writes them):
+// the lines of bT holding output o's column for `slot`, every slice's rows, towards L2, by the
+// thread whose o starts a line (so that the deltas' loads after the wait find them there; the
+// other weights evict bT between steps).
+template <typename T>
+__device__ __forceinline__ void prefetchDeltas(const LoraDelta& d, int32_t slot, int64_t o) {
+  if (!d.t || slot <= 0 || slot >= d.numSlots || o % (128 / int64_t(sizeof(T))) != 0) return;
+  const T* b = static_cast<const T*>(d.bT) + int64_t(slot) * d.numSlices * d.rank * d.ldb + o;
+  for (int64_t k = 0; k < d.numSlices * d.rank; ++k) prefetchL2(b + k * d.ldb);
+}
+
+// y[e] + the delta at o[e], rounded as the projection with its adapter is stored, into y (no
+// delta: y unchanged).
+template <typename T, int N>
+__device__ __forceinline__ void addDeltas(const LoraDelta& d, int64_t r, int32_t slot, const int64_t (&o)[N],
+                                          float (&y)[N]) {
+  if (!d.t) return;
+  float acc[N];
+  loraDeltas<T, N>(d, r, slot, o, acc);
+#pragma unroll
+  for (int e = 0; e < N; ++e) y[e] = toF(fromF<T>(y[e] + acc[e]));
+}
+
+}  // namespace mstar::gpu

@@ -1,0 +1,87 @@
+// The ops that take an adapted projection's output and add each row's delta (LoraDelta:
+// ropeKvWrite, siluMul, addRmsNorm) on CUDA against the CPU backend: rows of mixed slots
+// (slot 0 and a slot past the table get nothing), a slot of lower rank than the pool's,
+// fused slices, widths whose runs of 8 do and do not line up.
+import { describe, it } from 'vitest';
+
+import { ACTS, addon, describeGpu, expectClose, floats, i32, onCpu, onCuda, Rng, rounded, tol } from './helpers.js';
+
+const SLOTS = 4;
+
+/** A LoraDelta's operands for outputs split at `starts`, rank R (slot 3 of rank R - 3), on both devices. */
+function deltaPair(act: 'f32' | 'bf16', rng: Rng, n: number, starts: number[], R: number) {
+  const slices = starts.length - 1, out = starts[slices], bCols = SLOTS * slices * R;
+  const bT = rounded(act, rng.floats(bCols * out, -0.2, 0.2));
+  const slots = Array.from({ length: n }, (_, r) => [1, 0, 3, 2, 7][(r * 3 + 1) % 5]);  // 7: past the table
+  const ranks = Array.from({ length: SLOTS * slices }, (_, i) => (Math.floor(i / slices) === 3 ? R - 3 : R));
+  // Shrink columns past a slot's rank are zero padding, as the GEMM by zero rows of A leaves them.
+  const t = rounded(act, rng.floats(n * bCols).map((v, i) => ((i % bCols) % R < ranks[Math.floor((i % bCols) / R)] ? v : 0)));
+  return {
+    bCols, t,
+    cpu: [onCpu([bCols, out], bT), i32([n], slots.map((s) => (s >= SLOTS ? 0 : s))), i32([starts.length], starts), i32([SLOTS, slices], ranks)] as const,
+    cuda: [onCuda(act, [bCols, out], bT), onCuda('i32', [n], slots), onCuda('i32', [starts.length], starts), onCuda('i32', [SLOTS, slices], ranks)] as const,
+  };
+}
+
+/** y's rows: the op's own columns from `own`, then t. */
+function withT(n: number, ownCols: number, own: Float32Array, t: Float32Array, bCols: number): Float32Array {
+  const y = new Float32Array(n * (ownCols + bCols));
+  for (let r = 0; r < n; r++) {
+    y.set(own.subarray(r * ownCols, (r + 1) * ownCols), r * (ownCols + bCols));
+    y.set(t.subarray(r * bCols, (r + 1) * bCols), r * (ownCols + bCols) + ownCols);
+  }
+  return y;
+}
+
+describeGpu('cuda LoRA deltas', () => {
+  describe.each(ACTS)('%s activations', (act) => {
+    it.each([[1, 3072, 16], [5, 100, 8], [33, 1024, 16]])('siluMul: %i rows, inter %i, rank %i', (n, inter, R) => {
+      const rng = new Rng(n + inter + R);
+      const d = deltaPair(act, rng, n, [0, inter, 2 * inter], R);
+      const y = withT(n, 2 * inter, rounded(act, rng.floats(n * 2 * inter, -3, 3)), d.t, d.bCols);
+      const cpu = addon.empty('f32', [n, inter]), cuda = addon.empty(act, [n, inter], 'cuda');
+      addon.siluMul(cpu, onCpu([n, 2 * inter + d.bCols], y), ...d.cpu);
+      addon.siluMul(cuda, onCuda(act, [n, 2 * inter + d.bCols], y), ...d.cuda);
+      expectClose(floats(cuda), floats(cpu), 2 * tol(act, true));
+    });
+
+    it.each([[1, 1024, 16], [7, 4096, 16], [3, 132, 8], [40, 256, 8]])('addRmsNorm: %i rows, dim %i, rank %i', (n, dim, R) => {
+      const rng = new Rng(2 * n + dim + R);
+      const d = deltaPair(act, rng, n, [0, dim], R);
+      const y = withT(n, dim, rounded(act, rng.floats(n * dim)), d.t, d.bCols);
+      const res = rounded(act, rng.floats(n * dim)), w = rng.floats(dim, 0.5, 1.5);
+      const resCpu = onCpu([n, dim], res), outCpu = addon.empty('f32', [n, dim]);
+      const resCuda = onCuda(act, [n, dim], res), outCuda = addon.empty(act, [n, dim], 'cuda');
+      addon.addRmsNorm(resCpu, onCpu([n, dim + d.bCols], y), onCpu([dim], w), 1e-6, outCpu, ...d.cpu);
+      addon.addRmsNorm(resCuda, onCuda(act, [n, dim + d.bCols], y), onCuda('f32', [dim], w), 1e-6, outCuda, ...d.cuda);
+      expectClose(floats(resCuda), floats(resCpu), tol(act, true));
+      expectClose(floats(outCuda), floats(outCpu), 2 * tol(act, true));
+    });
+
+    it.each([[1, 4, 2, 128, 16], [6, 8, 2, 64, 8], [3, 6, 2, 128, 16]])('ropeKvWrite: %i rows, %i/%i heads of %i, rank %i', (n, H, K, hd, R) => {
+      const rng = new Rng(3 * n + H + hd + R);
+      const qkvW = (H + 2 * K) * hd;
+      const d = deltaPair(act, rng, n, [0, H * hd, (H + K) * hd, qkvW], R);
+      const y = withT(n, qkvW, rounded(act, rng.floats(n * qkvW)), d.t, d.bCols);
+      const inv = Float32Array.from({ length: hd / 2 }, (_, i) => 10000 ** (-(2 * i) / hd));
+      const norm = rng.floats(hd, 0.5, 1.5), pos = Array.from({ length: n }, (_, i) => 3 * i + 1);
+      const slots = Array.from({ length: n }, (_, i) => 2 * i + 1);
+      const cache = [4, 16, K, hd];
+      const run = (cuda: boolean) => {
+        const on = (dt: 'f32' | 'bf16', shape: number[], v: ArrayLike<number>) => (cuda ? onCuda(dt, shape, v) : onCpu(shape, v));
+        const ints = (shape: number[], v: number[]) => (cuda ? onCuda('i32', shape, v) : i32(shape, v));
+        const qkv = on(act, [n, qkvW + d.bCols], y);
+        const k = addon.zeros('f32', cache, cuda ? 'cuda' : 'cpu'), v = addon.zeros('f32', cache, cuda ? 'cuda' : 'cpu');
+        const nw = on('f32', [hd], norm);
+        addon.ropeKvWrite(qkv, ints([n], pos), on('f32', [hd / 2], inv), k, v, ints([n], slots), nw, nw, H, K, hd, 1e-6,
+          ...(cuda ? d.cuda : d.cpu));
+        const all = floats(qkv);
+        const own = new Float32Array(n * qkvW);
+        for (let r = 0; r < n; r++) own.set(all.subarray(r * (qkvW + d.bCols), r * (qkvW + d.bCols) + qkvW), r * qkvW);
+        return { own, k: floats(k), v: floats(v) };
+      };
+      const cpu = run(false), cuda = run(true);
+      for (const key of ['own', 'k', 'v'] as const) expectClose(cuda[key], cpu[key], 2 * tol(act, true));
+    });
+  });
+});
