@@ -7,7 +7,7 @@ import { addon, type DType, type FloatDType, type Tensor } from '../../lib/addon
 
 export { addon };
 export type { DType, FloatDType, Tensor };
-export { expectClose, expectOpError, expectSame, floats, ints, relativeError } from '../ops/helpers.js';
+export { expectClose, expectOpError, expectSame, floats, ints, relativeError, withShrink } from '../ops/helpers.js';
 export { Rng } from '../ops/random.js';
 
 const devices = addon.cudaDevices();

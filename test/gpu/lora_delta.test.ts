@@ -4,7 +4,7 @@
 // fused slices, widths whose runs of 8 do and do not line up.
 import { describe, it } from 'vitest';
 
-import { ACTS, addon, describeGpu, expectClose, floats, i32, onCpu, onCuda, Rng, rounded, tol } from './helpers.js';
+import { ACTS, addon, describeGpu, expectClose, floats, i32, onCpu, onCuda, Rng, rounded, tol, withShrink } from './helpers.js';
 
 const SLOTS = 4;
 
@@ -23,22 +23,12 @@ function deltaPair(act: 'f32' | 'bf16', rng: Rng, n: number, starts: number[], R
   };
 }
 
-/** y's rows: the op's own columns from `own`, then t. */
-function withT(n: number, ownCols: number, own: Float32Array, t: Float32Array, bCols: number): Float32Array {
-  const y = new Float32Array(n * (ownCols + bCols));
-  for (let r = 0; r < n; r++) {
-    y.set(own.subarray(r * ownCols, (r + 1) * ownCols), r * (ownCols + bCols));
-    y.set(t.subarray(r * bCols, (r + 1) * bCols), r * (ownCols + bCols) + ownCols);
-  }
-  return y;
-}
-
 describeGpu('cuda LoRA deltas', () => {
   describe.each(ACTS)('%s activations', (act) => {
     it.each([[1, 3072, 16], [5, 100, 8], [33, 1024, 16]])('siluMul: %i rows, inter %i, rank %i', (n, inter, R) => {
       const rng = new Rng(n + inter + R);
       const d = deltaPair(act, rng, n, [0, inter, 2 * inter], R);
-      const y = withT(n, 2 * inter, rounded(act, rng.floats(n * 2 * inter, -3, 3)), d.t, d.bCols);
+      const y = withShrink(n, 2 * inter, rounded(act, rng.floats(n * 2 * inter, -3, 3)), d.t, d.bCols);
       const cpu = addon.empty('f32', [n, inter]), cuda = addon.empty(act, [n, inter], 'cuda');
       addon.siluMul(cpu, onCpu([n, 2 * inter + d.bCols], y), ...d.cpu);
       addon.siluMul(cuda, onCuda(act, [n, 2 * inter + d.bCols], y), ...d.cuda);
@@ -48,7 +38,7 @@ describeGpu('cuda LoRA deltas', () => {
     it.each([[1, 1024, 16], [7, 4096, 16], [3, 132, 8], [40, 256, 8]])('addRmsNorm: %i rows, dim %i, rank %i', (n, dim, R) => {
       const rng = new Rng(2 * n + dim + R);
       const d = deltaPair(act, rng, n, [0, dim], R);
-      const y = withT(n, dim, rounded(act, rng.floats(n * dim)), d.t, d.bCols);
+      const y = withShrink(n, dim, rounded(act, rng.floats(n * dim)), d.t, d.bCols);
       const res = rounded(act, rng.floats(n * dim)), w = rng.floats(dim, 0.5, 1.5);
       const resCpu = onCpu([n, dim], res), outCpu = addon.empty('f32', [n, dim]);
       const resCuda = onCuda(act, [n, dim], res), outCuda = addon.empty(act, [n, dim], 'cuda');
@@ -62,7 +52,7 @@ describeGpu('cuda LoRA deltas', () => {
       const rng = new Rng(3 * n + H + hd + R);
       const qkvW = (H + 2 * K) * hd;
       const d = deltaPair(act, rng, n, [0, H * hd, (H + K) * hd, qkvW], R);
-      const y = withT(n, qkvW, rounded(act, rng.floats(n * qkvW)), d.t, d.bCols);
+      const y = withShrink(n, qkvW, rounded(act, rng.floats(n * qkvW)), d.t, d.bCols);
       const inv = Float32Array.from({ length: hd / 2 }, (_, i) => 10000 ** (-(2 * i) / hd));
       const norm = rng.floats(hd, 0.5, 1.5), pos = Array.from({ length: n }, (_, i) => 3 * i + 1);
       const slots = Array.from({ length: n }, (_, i) => 2 * i + 1);

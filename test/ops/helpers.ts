@@ -88,3 +88,13 @@ export function expectOpError(fn: () => unknown, pattern: RegExp): void {
 export function literal(text: string): string {
   return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 }
+
+/** Rows of `own` columns of x, each followed by its row of t: an adapted projection's output, its shrink after it (LoraDelta). */
+export function withShrink(n: number, own: number, x: Float32Array, t: Float32Array, bCols: number): Float32Array {
+  const y = new Float32Array(n * (own + bCols));
+  for (let r = 0; r < n; r++) {
+    y.set(x.subarray(r * own, (r + 1) * own), r * (own + bCols));
+    y.set(t.subarray(r * bCols, (r + 1) * bCols), r * (own + bCols) + own);
+  }
+  return y;
+}

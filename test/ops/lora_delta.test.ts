@@ -2,7 +2,7 @@
 // CPU backend against the formula written out here, and the checks on the delta's operands.
 import { describe, expect, it } from 'vitest';
 
-import { addon, expectClose, expectOpError, f32, floats, i32 } from './helpers.js';
+import { addon, expectClose, expectOpError, f32, floats, i32, withShrink } from './helpers.js';
 import { Rng } from './random.js';
 
 const SLOTS = 3;
@@ -27,23 +27,13 @@ function delta(rng: Rng, n: number, starts: number[], R: number) {
   return { bCols, t, at, args: [f32([bCols, out], bT), i32([n], slots), i32([starts.length], starts), i32([SLOTS, slices], ranks)] as const };
 }
 
-/** Rows of `own` columns, each followed by its t. */
-function withT(n: number, own: number, x: Float32Array, t: Float32Array, bCols: number): Float32Array {
-  const y = new Float32Array(n * (own + bCols));
-  for (let r = 0; r < n; r++) {
-    y.set(x.subarray(r * own, (r + 1) * own), r * (own + bCols));
-    y.set(t.subarray(r * bCols, (r + 1) * bCols), r * (own + bCols) + own);
-  }
-  return y;
-}
-
 describe('LoRA deltas on the CPU', () => {
   it('siluMul adds each row delta to gate and up', () => {
     const rng = new Rng(1), n = 5, inter = 12, R = 4;
     const d = delta(rng, n, [0, inter, 2 * inter], R);
     const gu = rng.floats(n * 2 * inter, -3, 3);
     const out = addon.empty('f32', [n, inter]);
-    addon.siluMul(out, f32([n, 2 * inter + d.bCols], withT(n, 2 * inter, gu, d.t, d.bCols)), ...d.args);
+    addon.siluMul(out, f32([n, 2 * inter + d.bCols], withShrink(n, 2 * inter, gu, d.t, d.bCols)), ...d.args);
     const want = new Float32Array(n * inter).map((_, j) => {
       const r = Math.floor(j / inter), i = j % inter;
       const g = gu[r * 2 * inter + i] + d.at(r, i), u = gu[r * 2 * inter + inter + i] + d.at(r, inter + i);
@@ -57,7 +47,7 @@ describe('LoRA deltas on the CPU', () => {
     const d = delta(rng, n, [0, dim], R);
     const x = rng.floats(n * dim), res = rng.floats(n * dim), w = rng.floats(dim, 0.5, 1.5);
     const residual = f32([n, dim], res), out = addon.empty('f32', [n, dim]);
-    addon.addRmsNorm(residual, f32([n, dim + d.bCols], withT(n, dim, x, d.t, d.bCols)), f32([dim], w), 1e-6, out, ...d.args);
+    addon.addRmsNorm(residual, f32([n, dim + d.bCols], withShrink(n, dim, x, d.t, d.bCols)), f32([dim], w), 1e-6, out, ...d.args);
     const sum = res.map((v, j) => v + x[j] + d.at(Math.floor(j / dim), j % dim));
     expectClose(floats(residual), sum, 1e-6);
     const normed = sum.map((v, j) => {
@@ -71,7 +61,7 @@ describe('LoRA deltas on the CPU', () => {
     const rng = new Rng(3), n = 3, H = 2, K = 1, hd = 4, R = 2, qkvW = (H + 2 * K) * hd;
     const d = delta(rng, n, [0, H * hd, (H + K) * hd, qkvW], R);
     const x = rng.floats(n * qkvW);
-    const qkv = f32([n, qkvW + d.bCols], withT(n, qkvW, x, d.t, d.bCols));
+    const qkv = f32([n, qkvW + d.bCols], withShrink(n, qkvW, x, d.t, d.bCols));
     const k = addon.zeros('f32', [2, 4, K, hd]), v = addon.zeros('f32', [2, 4, K, hd]);
     addon.ropeKvWrite(qkv, i32([n], [0, 0, 0]), f32([2], [1, 1]), k, v, i32([n], [0, 1, 2]), null, null, H, K, hd, 1e-6, ...d.args);
     // Position 0 rotates nothing: q and k are x plus the delta, v's cache rows too.
