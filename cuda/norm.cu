@@ -99,10 +99,11 @@ __global__ void rmsNormRunsKernel(T* out, int64_t ldo, const T* x, const W* w, i
 // residual += x (stored in T, rounded as a bf16 model's residual stream is), then the
 // norm of the stored residual into out. Each thread re-reads only what it wrote itself.
 // With a delta (an adapted projection's output x, LoraDelta), x plus its delta is rounded
-// first, as the projection with its adapter is stored. x's rows are ldx apart.
+// first, as the projection with its adapter is stored. x's rows are ldx apart. (deltaVec:
+// the runs kernel's; this one reads a delta an output at a time.)
 template <typename T, typename W>
 __global__ void addRmsNormKernel(T* residual, const T* x, int64_t ldx, const W* w, T* out, int64_t dim, float eps,
-                                 LoraDelta delta, bool deltaVec) {
+                                 LoraDelta delta, bool /*deltaVec*/) {
   __shared__ float partial[32];
   awaitPrior();
   const int64_t row = blockIdx.x;
@@ -112,9 +113,9 @@ __global__ void addRmsNormKernel(T* residual, const T* x, int64_t ldx, const W* 
   T* o = out + row * dim;
   float ss = 0;
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-    const int64_t o[1] = {i};
+    const int64_t col[1] = {i};
     float y[1] = {toF(xr[i])};
-    addDeltas<T, 1>(delta, row, slot, o, y);
+    addDeltas<T, 1>(delta, row, slot, col, y);
     T sum = fromF<T>(toF(res[i]) + y[0]);
     res[i] = sum;
     float v = toF(sum);
