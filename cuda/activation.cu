@@ -1,7 +1,6 @@
 // Element-wise ops: SiLU(gate) * up, and a plain add (the residual of a block).
 #include "common.cuh"
 #include "lora_delta.cuh"
-#include "shrink.cuh"
 
 namespace mstar::gpu {
 namespace {
@@ -13,12 +12,12 @@ __device__ __forceinline__ T silu(float g, float u) {
 }
 
 template <typename T>
-__global__ void siluMulKernel(T* out, int64_t ldo, const T* gateUp, int64_t ldg, int64_t n, int64_t inter) {
+__global__ void siluMulKernel(T* out, const T* gateUp, int64_t ldg, int64_t n, int64_t inter) {
   awaitPrior();
   int64_t total = n * inter;
   for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < total; j += int64_t(gridDim.x) * blockDim.x) {
     int64_t r = j / inter, i = j % inter;
-    out[r * ldo + i] = silu<T>(toF(gateUp[r * ldg + i]), toF(gateUp[r * ldg + inter + i]));
+    out[j] = silu<T>(toF(gateUp[r * ldg + i]), toF(gateUp[r * ldg + inter + i]));
   }
 }
 
@@ -66,32 +65,6 @@ __global__ void siluMulDeltaKernel(T* out, const T* gateUp, int64_t ldg, int64_t
   }
 }
 
-// siluMul of row blockIdx.x, and the LoRA shrink of that row where it is made: the row's
-// gridDim.y blocks each store their share of the columns and shrink rb rank rows from the
-// row staged in shared memory (storeAndShrinkRow; SiLU·mul never shrinks by block, see
-// fusedShrinkFor).
-template <typename T, typename A>
-__global__ void siluMulShrinkKernel(T* __restrict__ out, int64_t ldo, const T* __restrict__ gateUp, int64_t inter,
-                                    RankOut<T> t, const A* a,
-                                    int64_t numSlots, const int32_t* slotOfRow, int64_t rankRows, bool vec,
-                                    bool vecRow, int rb, SlotRanks sr) {
-  if (blockIdx.x == 0) prefetchRankRows(a, numSlots, rankRows, inter, int64_t(blockIdx.y) * rb, rb);
-  awaitPrior();
-  const int64_t row = blockIdx.x;
-  const int32_t slot = slotOfRow[row];  // loaded first: the shrink waits for it last
-  const T* g = gateUp + row * 2 * inter;
-  T* o = out + row * ldo;
-  auto act = [&](int64_t i) { return silu<T>(toF(g[i]), toF(g[inter + i])); };
-  auto act8 = [&](int64_t i, T(&v)[8]) {
-    float gv[8], uv[8];
-    loadVec<T, 8>(gv, g + i);
-    loadVec<T, 8>(uv, g + inter + i);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) v[e] = silu<T>(gv[e], uv[e]);
-  };
-  storeAndShrinkRow(o, inter, true, vecRow, rb, t, a, numSlots, slot, row, rankRows, vec, sr, act8, act);
-}
-
 template <typename T>
 __global__ void addKernel(T* out, const T* a, const T* b, int64_t n) {
   awaitPrior();
@@ -104,8 +77,7 @@ unsigned gridFor(int64_t n) { return unsigned(std::min<int64_t>(blocksFor(n, 256
 
 }  // namespace
 
-void siluMul(DType act, void* out, const void* gateUp, int64_t n, int64_t inter, int64_t ldo, int64_t ldg,
-             const LoraDelta& d) {
+void siluMul(DType act, void* out, const void* gateUp, int64_t n, int64_t inter, int64_t ldg, const LoraDelta& d) {
   if (n * inter == 0) return;
   if (!ldg) ldg = 2 * inter;
   withAct(act, [&](auto t) {
@@ -117,32 +89,8 @@ void siluMul(DType act, void* out, const void* gateUp, int64_t n, int64_t inter,
           static_cast<const T*>(gateUp), ldg, n, inter, d, inter % 8 == 0 && deltaRunsOf(d, 8, sizeof(T)), vecRows);
       return;
     }
-    launch("siluMul kernel", siluMulKernel<T>, gridFor(n * inter), 256, 0, static_cast<T*>(out), ldo ? ldo : inter,
+    launch("siluMul kernel", siluMulKernel<T>, gridFor(n * inter), 256, 0, static_cast<T*>(out),
         static_cast<const T*>(gateUp), ldg, n, inter);
-  });
-}
-
-void siluMulShrink(DType act, void* out, const void* gateUp, int64_t n, int64_t inter, LoraShrinkArgs lora) {
-  if (n * inter == 0) return;
-  const FusedShrink f = fusedShrinkFor(n, inter, dtypeSize(act), lora.rankRows, false);
-  const bool wide = !lora.t;
-  if (f.after) {
-    siluMul(act, out, gateUp, n, inter, wide ? wideRowWidth(inter, lora.numSlots, lora.rankRows) : 0);
-    return loraShrink(act, wide ? out : lora.t, out, lora.a, lora.numSlots, lora.slotOfRow, n, inter, lora.rankRows,
-                      lora.ranks, wide);
-  }
-  withAct(act, [&](auto t) {
-    withFloat(lora.a.dtype, [&](auto at) {
-      using T = decltype(t);
-      using A = decltype(at);
-      const bool vec = runsOf8(lora.a.data, inter, sizeof(A));
-      const RankOut<T> rank = rankOut<T>(out, inter, lora);
-      const int64_t ldo = wide ? rank.ld : inter;
-      const bool vecRow = runsOf8(gateUp, inter, sizeof(T)) && runsOf8(out, ldo, sizeof(T));
-      launch("siluMulShrink kernel", siluMulShrinkKernel<T, A>, f.grid, 256, f.stageBytes, static_cast<T*>(out), ldo,
-          static_cast<const T*>(gateUp), inter, rank, static_cast<const A*>(lora.a.data),
-          lora.numSlots, lora.slotOfRow, lora.rankRows, vec, vecRow, f.rb, lora.ranks);
-    });
   });
 }
 

@@ -152,6 +152,14 @@ __device__ __forceinline__ void storeVec(T* p, const T (&v)[N]) {
   }
 }
 
+// Whether rows of `in` elements of `elem` bytes from p can be read in runs of 8 elements
+// with 16-byte loads (the vec paths): p aligned, every row starting on a 16-byte boundary,
+// and no run crossing a row's end (in % 8 == 0: an f32 row of 4k + 4 elements would pass
+// the first two and read 4 elements past its end).
+inline bool runsOf8(const void* p, int64_t in, size_t elem) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0 && in % 8 == 0 && (in * int64_t(elem)) % 16 == 0;
+}
+
 // Element i of a float tensor whose dtype is only known at run time (cold paths only).
 __device__ __forceinline__ float loadAny(const void* p, DType t, int64_t i) {
   switch (t) {

@@ -4,7 +4,6 @@
 
 #include "common.cuh"
 #include "lora_delta.cuh"
-#include "shrink.cuh"
 
 namespace mstar::gpu {
 namespace {
@@ -14,11 +13,11 @@ constexpr int kThreads = 256;
 // One block per row. The second pass re-reads x (from L1/L2) instead of keeping it in
 // registers, so any row width works.
 template <typename T, typename W>
-__global__ void rmsNormKernel(T* out, int64_t ldo, const T* x, const W* w, int64_t dim, float eps) {
+__global__ void rmsNormKernel(T* out, const T* x, const W* w, int64_t dim, float eps) {
   __shared__ float partial[32];
   awaitPrior();
   const T* xr = x + blockIdx.x * dim;
-  T* o = out + blockIdx.x * ldo;
+  T* o = out + blockIdx.x * dim;
   float ss = 0;
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
     float v = toF(xr[i]);
@@ -80,13 +79,13 @@ bool withRowRuns(int64_t dim, F&& f) {
 
 // rmsNormKernel for rows RowRuns can hold.
 template <typename T, typename W, int RUNS>
-__global__ void rmsNormRunsKernel(T* out, int64_t ldo, const T* x, const W* w, int64_t dim, float eps) {
+__global__ void rmsNormRunsKernel(T* out, const T* x, const W* w, int64_t dim, float eps) {
   __shared__ float partial[32];
   RowRuns<T, W, RUNS> runs{{}, {}, dim};
   runs.loadWeight(w);
   awaitPrior();
   const float r = runs.loadRow(x + blockIdx.x * dim, eps, partial);
-  T* o = out + blockIdx.x * ldo;
+  T* o = out + blockIdx.x * dim;
 #pragma unroll
   for (int j = 0; j < RUNS; ++j) {
     if (runs.at(j) >= dim) continue;
@@ -169,91 +168,6 @@ __global__ void addRmsNormRunsKernel(T* residual, const T* x, int64_t ldx, const
   }
 }
 
-// rmsNorm of row blockIdx.x, and the LoRA shrink of the normed row where it is made: the
-// row's gridDim.y blocks each work out the row's scale (x is only read, so they need not
-// wait for each other), then store their share of the columns and shrink
-// (storeAndShrinkRow: staged, or by block).
-template <typename T, typename W, typename A>
-__global__ void rmsNormShrinkKernel(T* __restrict__ out, int64_t ldo, const T* __restrict__ x, const W* w, int64_t dim,
-                                    float eps, RankOut<T> t, const A* a, int64_t numSlots, const int32_t* slotOfRow,
-                                    int64_t rankRows, bool vec, bool staged, bool vecRow, int rb, SlotRanks sr) {
-  __shared__ float partial[32];
-  if (blockIdx.x == 0)
-    prefetchRankRows(a, numSlots, rankRows, dim, staged ? int64_t(blockIdx.y) * rb : blockIdx.y, staged ? rb : 1);
-  awaitPrior();
-  const int64_t row = blockIdx.x;
-  const int32_t slot = slotOfRow[row];  // loaded first: the shrink waits for it last
-  const T* xr = x + row * dim;
-  T* o = out + row * ldo;
-  float ss = 0;
-  if (vecRow) {  // 16-byte loads, all in flight together: one round trip for the row
-#pragma unroll 4
-    for (int64_t i = threadIdx.x * 8; i < dim; i += int64_t(blockDim.x) * 8) {
-      float v[8];
-      loadVec<T, 8>(v, xr + i);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) ss += v[e] * v[e];
-    }
-  } else {
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-      float v = toF(xr[i]);
-      ss += v * v;
-    }
-  }
-  const float r = 1.0f / sqrtf(blockSum(ss, partial) / float(dim) + eps);
-  auto normed = [&](int64_t i) { return fromF<T>(toF(w[i]) * (toF(xr[i]) * r)); };
-  auto normed8 = [&](int64_t i, T(&v)[8]) {
-    float xv[8], wv[8];
-    loadVec<T, 8>(xv, xr + i);
-    loadVec<W, 8>(wv, w + i);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) v[e] = fromF<T>(wv[e] * (xv[e] * r));
-  };
-  storeAndShrinkRow(o, dim, staged, vecRow, rb, t, a, numSlots, slot, row, rankRows, vec, sr, normed8, normed);
-}
-
-// rmsNormShrinkKernel by block (rank row blockIdx.y of row blockIdx.x) for rows RowRuns can
-// hold whose out and A allow 16-byte loads too: the normed values stay in registers for
-// the block's share of the row and for the dot with A's rank row (the general kernel loads
-// x and w twice more, a round trip each). The same sums in the same order as
-// shrinkRowByBlock.
-template <typename T, typename W, typename A, int RUNS>
-__global__ void rmsNormShrinkRunsKernel(T* __restrict__ out, int64_t ldo, const T* __restrict__ x, const W* w,
-                                        int64_t dim, float eps, RankOut<T> t, const A* a, int64_t numSlots,
-                                        const int32_t* slotOfRow, int64_t rankRows, SlotRanks sr) {
-  __shared__ float partial[32];
-  const int64_t k = blockIdx.y, row = blockIdx.x;
-  RowRuns<T, W, RUNS> runs{{}, {}, dim};
-  runs.loadWeight(w);
-  if (row == 0) prefetchRankRows(a, numSlots, rankRows, dim, k, 1);
-  awaitPrior();
-  const int32_t slot = slotOfRow[row];
-  const float r = runs.loadRow(x + row * dim, eps, partial);
-  // The normed row into registers, and this block's share of it into out.
-  const int64_t share = stagedShare(dim, gridDim.y), begin = k * share;
-#pragma unroll
-  for (int j = 0; j < RUNS; ++j) {
-    if (runs.at(j) >= dim) continue;
-    T v[8];
-    runs.norm(j, r, v);
-    if (begin <= runs.at(j) && runs.at(j) < begin + share) storeVec(out + row * ldo + runs.at(j), v);
-  }
-  float acc = 0;
-  if (slot > 0 && slot < numSlots && hasRankRow(sr, slot, k, rankRows)) {
-    const A* aRow = a + (int64_t(slot) * rankRows + k) * dim;
-#pragma unroll
-    for (int j = 0; j < RUNS; ++j) {
-      if (runs.at(j) >= dim) continue;
-      float av[8];
-      loadVec<A, 8>(av, aRow + runs.at(j));
-#pragma unroll
-      for (int e = 0; e < 8; ++e) acc += runs.x[j][e] * av[e];
-    }
-  }
-  acc = blockSum(acc, partial);
-  if (threadIdx.x == 0) t.store(row, slot, k, rankRows, acc);
-}
-
 // One warp per (token, head) over the q heads then the k heads of fused qkv rows, in place.
 template <typename T, typename W>
 __global__ void headRmsNormKernel(T* qkv, const W* qw, const W* kw, int64_t n, int numHeads, int numKvHeads,
@@ -278,18 +192,17 @@ __global__ void headRmsNormKernel(T* qkv, const W* qw, const W* kw, int64_t n, i
 
 }  // namespace
 
-void rmsNorm(DType act, void* out, const void* x, Weights w, int64_t rows, int64_t dim, float eps, int64_t ldo) {
+void rmsNorm(DType act, void* out, const void* x, Weights w, int64_t rows, int64_t dim, float eps) {
   if (rows == 0) return;
   withAct(act, [&](auto t) {
     withFloat(w.dtype, [&](auto wt) {
       using T = decltype(t);
       using W = decltype(wt);
-      const int64_t ld = ldo ? ldo : dim;
       auto args = [&](auto kernel) {
-        launch("rmsNorm kernel", kernel, unsigned(rows), kThreads, 0, static_cast<T*>(out), ld,
-            static_cast<const T*>(x), static_cast<const W*>(w.data), dim, eps);
+        launch("rmsNorm kernel", kernel, unsigned(rows), kThreads, 0, static_cast<T*>(out), static_cast<const T*>(x),
+            static_cast<const W*>(w.data), dim, eps);
       };
-      const bool vec = runsOf8(x, dim, sizeof(T)) && runsOf8(out, ld, sizeof(T)) && runsOf8(w.data, dim, sizeof(W));
+      const bool vec = runsOf8(x, dim, sizeof(T)) && runsOf8(out, dim, sizeof(T)) && runsOf8(w.data, dim, sizeof(W));
       if (vec && withRowRuns(dim, [&](auto runs) { args(rmsNormRunsKernel<T, W, decltype(runs)::value>); })) return;
       args(rmsNormKernel<T, W>);
     });
@@ -313,42 +226,6 @@ void addRmsNorm(DType act, void* residual, const void* x, Weights w, void* out, 
                        runsOf8(out, dim, sizeof(T)) && runsOf8(w.data, dim, sizeof(W));
       if (vec && withRowRuns(dim, [&](auto runs) { args(addRmsNormRunsKernel<T, W, decltype(runs)::value>); })) return;
       args(addRmsNormKernel<T, W>);
-    });
-  });
-}
-
-void rmsNormShrink(DType act, void* out, const void* x, Weights w, int64_t rows, int64_t dim, float eps,
-                   LoraShrinkArgs lora) {
-  if (rows == 0) return;
-  const FusedShrink f = fusedShrinkFor(rows, dim, dtypeSize(act), lora.rankRows, true);
-  const bool wide = !lora.t;
-  if (f.after) {
-    rmsNorm(act, out, x, w, rows, dim, eps, wide ? wideRowWidth(dim, lora.numSlots, lora.rankRows) : 0);
-    return loraShrink(act, wide ? out : lora.t, out, lora.a, lora.numSlots, lora.slotOfRow, rows, dim, lora.rankRows,
-                      lora.ranks, wide);
-  }
-  withAct(act, [&](auto t) {
-    withFloat(w.dtype, [&](auto wt) {
-      withFloat(lora.a.dtype, [&](auto at) {
-        using T = decltype(t);
-        using W = decltype(wt);
-        using A = decltype(at);
-        const bool vec = runsOf8(lora.a.data, dim, sizeof(A));
-        const RankOut<T> rank = rankOut<T>(out, dim, lora);
-        const int64_t ldo = wide ? rank.ld : dim;
-        const bool vecRow = runsOf8(x, dim, sizeof(T)) && runsOf8(out, ldo, sizeof(T)) &&
-                            runsOf8(w.data, dim, sizeof(W));
-        auto byRuns = [&](auto runs) {
-          launch("rmsNormShrink kernel", rmsNormShrinkRunsKernel<T, W, A, decltype(runs)::value>, f.grid, kThreads, 0,
-              static_cast<T*>(out), ldo, static_cast<const T*>(x), static_cast<const W*>(w.data), dim, eps, rank,
-              static_cast<const A*>(lora.a.data), lora.numSlots, lora.slotOfRow, lora.rankRows, lora.ranks);
-        };
-        if (!f.staged && vec && vecRow && withRowRuns(dim, byRuns)) return;
-        launch("rmsNormShrink kernel", rmsNormShrinkKernel<T, W, A>, f.grid, kThreads, f.stageBytes,
-            static_cast<T*>(out), ldo, static_cast<const T*>(x), static_cast<const W*>(w.data), dim, eps,
-            rank, static_cast<const A*>(lora.a.data), lora.numSlots, lora.slotOfRow, lora.rankRows,
-            vec, f.staged, vecRow, f.rb, lora.ranks);
-      });
     });
   });
 }

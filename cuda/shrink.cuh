@@ -1,8 +1,6 @@
-// The LoRA shrink of a row, t[k] = x · a[k], by rank row or by a block's rank rows, shared by
-// loraShrink and by the kernels that make x (RMSNorm, SiLU·mul) and shrink it where they
-// make it.
-// xAt(i) gives element i of x as the producing op stores it (rounded to the activation
-// type), so a fused shrink reads the same values a separate one would.
+// The LoRA shrink of a row, t[k] = x · a[k], by rank row or by a block's rank rows: the
+// per-row layouts of loraShrink (lora.cu), which a decode-sized step runs where a projection
+// has no A beneath its W (see LoraDelta), and lm_head's. xAt(i) gives element i of x.
 #pragma once
 #include "common.cuh"
 
@@ -34,13 +32,6 @@ template <typename T>
 RankOut<T> rankOutOf(void* t, bool wide, int64_t in, int64_t numSlots, int64_t rankRows) {
   if (!wide) return {static_cast<T*>(t), rankRows, 0};
   return {static_cast<T*>(t) + in, wideRowWidth(in, numSlots, rankRows), numSlots};
-}
-
-// A fused shrink's RankOut: narrow into lora.t, or (lora.t null) wide, into out's rows.
-template <typename T>
-RankOut<T> rankOut(void* out, int64_t in, const LoraShrinkArgs& lora) {
-  return lora.t ? rankOutOf<T>(lora.t, false, in, lora.numSlots, lora.rankRows)
-                : rankOutOf<T>(out, true, in, lora.numSlots, lora.rankRows);
 }
 
 // This lane's share of x · aRow over the runs part, part + parts, ... of the row: a run is
@@ -176,140 +167,21 @@ __device__ void shrinkRowsByBlock(const RankOut<T>& t, const A* a, int64_t numSl
   }
 }
 
-// A staged producer's row: its `in` values, as the op stores them, into shared memory xs,
-// and this block's share [begin, end) of them into out (begin and end multiples of 8);
-// then the block syncs. vec: 8 values at a time, make8(i, v) giving values i .. i + 7 from
-// 16-byte loads (one value at a time, each load waited for before a store that might
-// alias it, a 3K row took a dozen L2 round trips); else make1(i) gives value i.
-template <typename T, typename F8, typename F1>
-__device__ void stageRow(T* xs, T* out, int64_t in, int64_t begin, int64_t end, bool vec, F8&& make8, F1&& make1) {
-  if (vec) {
-    for (int64_t i = int64_t(threadIdx.x) * 8; i < in; i += int64_t(blockDim.x) * 8) {
-      T v[8];
-      make8(i, v);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) xs[i + e] = v[e];
-      if (begin <= i && i < end)
-#pragma unroll
-        for (int e = 0; e < 8; ++e) out[i + e] = v[e];
-    }
-  } else {
-    for (int64_t i = threadIdx.x; i < in; i += blockDim.x) {
-      const T v = make1(i);
-      xs[i] = v;
-      if (begin <= i && i < end) out[i] = v;
-    }
-  }
-  __syncthreads();
-}
-
-// A block's share of a row split between `blocks` blocks, in whole runs of 8.
-__device__ __forceinline__ int64_t stagedShare(int64_t in, int blocks) { return ((in + blocks - 1) / blocks + 7) / 8 * 8; }
-
-// The end of a producing kernel (RMSNorm, SiLU·mul) for row `row`, one of the row's
-// gridDim.y blocks: its share of the row's values into out (the row's start), and the row's
-// shrink. staged: the whole row made into shared memory, then rank rows blockIdx.y * rb ..
-// from there; else rank row blockIdx.y, recomputing the values. make1(i) gives value i as
-// the op stores it, make8(i, v) values i .. i + 7 from 16-byte loads (vecRow).
-template <typename T, typename A, typename F8, typename F1>
-__device__ __forceinline__ void storeAndShrinkRow(T* out, int64_t in, bool staged, bool vecRow, int rb, const RankOut<T>& t,
-                                                  const A* a,
-                                                  int64_t numSlots, int32_t slot, int64_t row, int64_t rankRows,
-                                                  bool vec, const SlotRanks& sr, F8&& make8, F1&& make1) {
-  if (staged) {
-    extern __shared__ __align__(16) unsigned char rowStage[];
-    T* xs = reinterpret_cast<T*>(rowStage);
-    const int64_t begin = blockIdx.y * stagedShare(in, gridDim.y);
-    stageRow(xs, out, in, begin, min(in, begin + stagedShare(in, gridDim.y)), vecRow, make8, make1);
-    shrinkRowsByBlock(t, a, numSlots, slot, row, int64_t(blockIdx.y) * rb, rb, rankRows, in, vec, sr,
-                      [&](int64_t i) { return toF(xs[i]); });
-    return;
-  }
-  if (vecRow) {
-    const int64_t share = stagedShare(in, gridDim.y), end = min(in, (blockIdx.y + 1) * share);
-    for (int64_t i = blockIdx.y * share + threadIdx.x * 8; i < end; i += int64_t(blockDim.x) * 8) {
-      T v[8];
-      make8(i, v);
-      storeVec(out + i, v);
-    }
-  } else {
-    const int64_t share = (in + gridDim.y - 1) / gridDim.y, end = min(in, (blockIdx.y + 1) * share);
-    for (int64_t i = blockIdx.y * share + threadIdx.x; i < end; i += blockDim.x) out[i] = make1(i);
-  }
-  if (blockIdx.y < rankRows)
-    shrinkRowByBlock(t, a, numSlots, slot, row, blockIdx.y, rankRows, in, vec, vecRow, sr,
-                     [&](int64_t i) { return toF(make1(i)); },
-                     [&](int64_t i, float(&xv)[8]) {
-                       T v[8];
-                       make8(i, v);
-#pragma unroll
-                       for (int e = 0; e < 8; ++e) xv[e] = toF(v[e]);
-                     });
-}
-
-// While rows × rank rows stay within twice the SMs, the producing kernels shrink where they
-// make x, each of a row's rank-row blocks recomputing what it needs of the row, and
-// loraShrink gives each rank row a block (shrinkByBlock). Past that, up to
-// kStagedShrinkRows (decode batches), they still shrink where they make x: a block makes
-// the whole row once into shared memory (kStageBytes at most), then shrinks its 8, 4 or 2
-// rank rows from there (shrinkRowsByBlock, stagedRankRows), and loraShrink's blocks do the
-// same from x. (Recomputing the row in each warp of such a block instead cost SiLU·mul +
-// shrink 16 us at 32 rows of Qwen3-0.6B, for 2 us of plain SiLU·mul.) Above, or where the
-// row does not fit (prefill), the rows give the parallelism: x is made once, then
-// loraShrink's warps take a rank row each for a tile of rows.
-// Graph-timed (bench/lora_ops.mjs, H200, rank 16), both layouts do well up to about two
-// blocks an SM and lose past it: by block, Qwen3-0.6B's qkv shrink (48 rank rows) at 4 rows
-// (192 blocks) 3.1 us against 3.9-4.3 staged, at 8 rows (384) 5.5 against 4.0, at 16 rows
-// 8.0 against 4.3 (Qwen3-8B: 16.4 against 7.3); staged, at 64 rows (384 blocks) the norm
-// and the shrink apart took 5.7 us against 8.9 (8B: 7.3 against 12.0).
-// SiLU·mul never shrinks by block: each rank row's block recomputing the row's expf cost
-// more than a launch of its own (SiLU·mul, then loraShrink: 8B's 12288-wide rows 3.9 us at
-// 1 row against 6.4; 0.6B's 2.8 against 3.5).
+// loraShrink's layouts. While rows × rank rows stay within twice the SMs, each rank row of
+// a row gets a block (shrinkByBlock). Past that, up to kStagedShrinkRows (decode batches), a
+// block takes 8, 4 or 2 rank rows of a row (shrinkRowsByBlock, stagedRankRows). Above
+// (prefill), the rows give the parallelism: a warp takes a rank row for a tile of rows.
+// Graph-timed (H200, rank 16; the ninth session), both per-row layouts do well up to about
+// two blocks an SM and lose past it: by block, Qwen3-0.6B's qkv shrink (48 rank rows) at 4
+// rows (192 blocks) 3.1 us against 3.9-4.3 by 8 rank rows, at 8 rows (384) 5.5 against 4.0,
+// at 16 rows 8.0 against 4.3 (Qwen3-8B: 16.4 against 7.3).
 bool fewBlocks(int64_t blocks);  // at most two an SM
 inline bool shrinkByBlock(int64_t n, int64_t rankRows) { return fewBlocks(n * rankRows); }
 constexpr int64_t kStagedShrinkRows = 64;
-// A launch gets 48 KiB of shared memory without opting in, static arrays included: the
-// staging kernels' own (reduction partials, 1.3 KiB) come off the top, with room to spare.
-constexpr int64_t kStageBytes = 46 * 1024;
-
 // Rank rows to a block in the staged layout: 8, or 4 or 2 where n rows of 8 would leave
 // SMs without a block (measured: SiLU·mul's 16 rank rows at 32 rows were 64 blocks).
 int stagedRankRows(int64_t n, int64_t rankRows);
 // Blocks a row takes in the staged layout, rb rank rows each.
 inline int64_t stagedBlocksPerRow(int64_t rankRows, int rb) { return std::max<int64_t>(1, (rankRows + rb - 1) / rb); }
-
-// How a producing kernel (RMSNorm, SiLU·mul) shrinks the n rows it makes of `in` elements
-// of `elem` bytes: after (the plain op, then loraShrink), or in its own launch of `grid`
-// blocks, staged (rb rank rows a block, stageBytes of dynamic shared memory) or by block
-// (only where byBlock: the producer's values are cheap to make again for each rank row).
-struct FusedShrink {
-  bool after = false, staged = false;
-  int rb = 0;
-  dim3 grid;
-  size_t stageBytes = 0;
-};
-inline FusedShrink fusedShrinkFor(int64_t n, int64_t in, size_t elem, int64_t rankRows, bool byBlock) {
-  FusedShrink f;
-  if (shrinkByBlock(n, rankRows)) {
-    f.after = !byBlock;
-    f.grid = dim3(unsigned(n), unsigned(std::max<int64_t>(1, rankRows)));
-    return f;
-  }
-  f.rb = stagedRankRows(n, rankRows);
-  f.staged = n <= kStagedShrinkRows && in * int64_t(elem) <= kStageBytes &&
-             fewBlocks(n * stagedBlocksPerRow(rankRows, f.rb));
-  f.after = !f.staged;
-  f.grid = dim3(unsigned(n), unsigned(stagedBlocksPerRow(rankRows, f.rb)));
-  f.stageBytes = size_t(in) * elem;
-  return f;
-}
-
-// Whether rows of `in` elements of `elem` bytes from p can be read in runs of 8 elements
-// with 16-byte loads (the vec paths): p aligned, every row starting on a 16-byte boundary,
-// and no run crossing a row's end (in % 8 == 0: an f32 row of 4k + 4 elements would pass
-// the first two and read 4 elements past its end).
-inline bool runsOf8(const void* p, int64_t in, size_t elem) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0 && in % 8 == 0 && (in * int64_t(elem)) % 16 == 0;
-}
 
 }  // namespace mstar::gpu

@@ -35,8 +35,7 @@ struct SlotRanks {
 };
 
 void embedding(DType act, void* out, Weights table, int64_t tableRows, const int32_t* ids, int64_t n, int64_t dim);
-// ldo: out's row stride (0: dim), for a wide row (see loraShrink).
-void rmsNorm(DType act, void* out, const void* x, Weights w, int64_t rows, int64_t dim, float eps, int64_t ldo = 0);
+void rmsNorm(DType act, void* out, const void* x, Weights w, int64_t rows, int64_t dim, float eps);
 // residual += x (+ d's delta, the two rounded first), then out = rmsNorm(residual); x's rows ldx apart (0: dim).
 void addRmsNorm(DType act, void* residual, const void* x, Weights w, void* out, int64_t rows, int64_t dim, float eps,
                 int64_t ldx = 0, const LoraDelta& d = {});
@@ -53,7 +52,7 @@ void linear(DType act, void* out, const void* x, Weights w, const Weights* bias,
             bool accumulate = false, const WideRows& wide = {});
 void rope(DType act, void* qkv, const int32_t* positions, const float* invFreq, int64_t n, HeadLayout l, int half);
 // gateUp's rows ldg apart (0: 2 * inter); d's delta joins gate and up first, each rounded.
-void siluMul(DType act, void* out, const void* gateUp, int64_t n, int64_t inter, int64_t ldo = 0, int64_t ldg = 0,
+void siluMul(DType act, void* out, const void* gateUp, int64_t n, int64_t inter, int64_t ldg = 0,
              const LoraDelta& d = {});
 void add(DType act, void* out, const void* a, const void* b, int64_t n);
 void gatherRows(DType act, void* out, const void* x, int64_t xRows, const int32_t* idx, int64_t m, int64_t dim);
@@ -93,19 +92,11 @@ void loraJoin(DType act, void* wide, const void* x, const void* s, const int32_t
 void loraExpandAdd(DType act, void* out, const void* delta, const void* t, Weights b, int64_t numSlots,
                    const int32_t* slotOfRow, const int32_t* sliceStarts, int64_t numSlices, int64_t n, int64_t outF,
                    int64_t rank, SlotRanks ranks = {});
-// The LoRA operands of the fused ops: each row uses its slotOfRow slot (0 or out of range:
-// none). Shrink: t [n, rankRows] = x · a[slot]ᵀ. Expand: out += t[slice of the column] · b[slot]ᵀ.
 // Elements in a wide row (see loraShrink): x's `in`, then rankRows for each slot.
 inline int64_t wideRowWidth(int64_t in, int64_t numSlots, int64_t rankRows) { return in + numSlots * rankRows; }
 
-struct LoraShrinkArgs {
-  void* t;  // null: wide, the producing op's out is [n, wideRowWidth(in, numSlots, rankRows)] (see loraShrink)
-  Weights a;  // [numSlots, rankRows, in]
-  int64_t numSlots;
-  const int32_t* slotOfRow;
-  int64_t rankRows;
-  SlotRanks ranks;
-};
+// linearExpand's LoRA operands: each row uses its slotOfRow slot (0 or out of range: none);
+// out += t[slice of the column] · b[slot]ᵀ.
 struct LoraExpandArgs {
   const void* t;
   Weights b;  // [numSlots, outF, rank]
@@ -115,10 +106,6 @@ struct LoraExpandArgs {
   int64_t numSlices, rank;
   SlotRanks ranks;
 };
-// rmsNorm or siluMul, then the shrink of their output rows, in one launch.
-void rmsNormShrink(DType act, void* out, const void* x, Weights w, int64_t rows, int64_t dim, float eps,
-                   LoraShrinkArgs lora);
-void siluMulShrink(DType act, void* out, const void* gateUp, int64_t n, int64_t inter, LoraShrinkArgs lora);
 // linear with the expand added before the output is stored (decode GEMV), or linear then
 // loraExpand (larger batches). accumulate: out += instead of out =.
 void linearExpand(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in,

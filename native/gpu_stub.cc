@@ -54,14 +54,14 @@ size_t graphNodes(const Graph*) noexcept { return 0; }
 void destroyGraph(Graph*) noexcept {}
 
 void embedding(DType, void*, Weights, int64_t, const int32_t*, int64_t, int64_t) { none(); }
-void rmsNorm(DType, void*, const void*, Weights, int64_t, int64_t, float, int64_t) { none(); }
+void rmsNorm(DType, void*, const void*, Weights, int64_t, int64_t, float) { none(); }
 void addRmsNorm(DType, void*, const void*, Weights, void*, int64_t, int64_t, float, int64_t, const LoraDelta&) { none(); }
 void headRmsNorm(DType, void*, Weights, Weights, int64_t, HeadLayout, float) { none(); }
 void linear(DType, void*, const void*, Weights, const Weights*, int64_t, int64_t, int64_t, bool, const WideRows&) {
   none();
 }
 void rope(DType, void*, const int32_t*, const float*, int64_t, HeadLayout, int) { none(); }
-void siluMul(DType, void*, const void*, int64_t, int64_t, int64_t, int64_t, const LoraDelta&) { none(); }
+void siluMul(DType, void*, const void*, int64_t, int64_t, int64_t, const LoraDelta&) { none(); }
 void add(DType, void*, const void*, const void*, int64_t) { none(); }
 void gatherRows(DType, void*, const void*, int64_t, const int32_t*, int64_t, int64_t) { none(); }
 void feedTokens(int32_t*, int32_t*, const int32_t*, int64_t, const int32_t*, const int32_t*, int, int64_t) { none(); }
@@ -88,8 +88,6 @@ void loraExpandAdd(DType, void*, const void*, const void*, Weights, int64_t, con
                    int64_t, int64_t, SlotRanks) {
   none();
 }
-void rmsNormShrink(DType, void*, const void*, Weights, int64_t, int64_t, float, LoraShrinkArgs) { none(); }
-void siluMulShrink(DType, void*, const void*, int64_t, int64_t, LoraShrinkArgs) { none(); }
 void linearExpand(DType, void*, const void*, Weights, const Weights*, int64_t, int64_t, int64_t, LoraExpandArgs, bool) {
   none();
 }

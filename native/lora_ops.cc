@@ -88,80 +88,6 @@ Napi::Value LoraExpand(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// rmsNormShrink(out, x, w, eps, t, a, slotOfRow, slotRanks?): rmsNorm, then loraShrink of its output;
-// on CUDA one launch, the shrink computed where the normed row is made. t null: out is a wide
-// row [rows, dim + slots*S*R] (see loraShrink) and takes both.
-Napi::Value RmsNormShrink(const Napi::CallbackInfo& info) {
-  OpArgs a(info, "rmsNormShrink");
-  Tensor &out = a.tensor(0, "out"), &x = a.tensor(1, "x"), &w = a.tensor(2, "w");
-  float eps = float(a.number(3, "eps"));
-  Tensor* t = a.optionalTensor(4, "t");
-  Tensor &la = a.tensor(5, "a"), &slots = a.tensor(6, "slotOfRow");
-  Tensor* ranks = a.optionalTensor(7, "slotRanks");
-  bool cuda = a.oneDevice();
-  DType act = expectRmsNorm(a, t ? out : x, x, w);  // wide: out is checked below
-  const int64_t dim = w.dim(0), rows = x.numel() / dim;
-  if (t) {
-    a.expectShape(out, {rows, dim}, "out");  // the rows and dim both backends use
-    expectShrink(a, *t, out, "out", la, slots);
-  } else {
-    a.expectShape(x, {rows, dim}, "x");
-    expectShrink(a, out, x, "x", la, slots, true);
-  }
-  const gpu::SlotRanks sr = shrinkRanks(a, ranks, la);
-  if (cuda) {
-    a.run([&] {
-      gpu::rmsNormShrink(act, out.data(), x.data(), a.weights(w), rows, dim, eps,
-                         {t ? t->data() : nullptr, a.weights(la), la.dim(0), slots.ptr<int32_t>(), la.dim(1), sr});
-    });
-    return info.Env().Undefined();
-  }
-  std::vector<float> normed(t ? 0 : size_t(rows * dim));
-  float* y = t ? out.ptr<float>() : normed.data();
-  cpu::rmsNorm(y, x.ptr<float>(), a.weights(w), rows, dim, eps);
-  cpuShrink(a, t ? t->ptr<float>() : out.ptr<float>(), !t, y, la, slots, rows, dim, sr);
-  return info.Env().Undefined();
-}
-
-// siluMulShrink(out, gateUp, t, a, slotOfRow, slotRanks?): siluMul, then loraShrink of its output; on
-// CUDA one launch. t null: out is a wide row [n, inter + slots*S*R] (see loraShrink).
-Napi::Value SiluMulShrink(const Napi::CallbackInfo& info) {
-  OpArgs a(info, "siluMulShrink");
-  Tensor &out = a.tensor(0, "out"), &gu = a.tensor(1, "gateUp");
-  Tensor* t = a.optionalTensor(2, "t");
-  Tensor &la = a.tensor(3, "a"), &slots = a.tensor(4, "slotOfRow");
-  Tensor* ranks = a.optionalTensor(5, "slotRanks");
-  bool cuda = a.oneDevice();
-  DType act = a.expectAct(gu, "gateUp");
-  a.expectRank(gu, 2, "gateUp");
-  const int64_t n = gu.dim(0), inter = gu.dim(1) / 2;
-  if (t) {
-    expectSiluMul(a, out, gu);
-    expectShrink(a, *t, out, "out", la, slots);
-  } else {
-    a.expectFloat(la, "a");
-    a.expect(gu.dim(1) % 2 == 0 && la.rank() == 3 && la.dim(1) > 0,
-             "gateUp " + gu.describe() + " must have an even width, a " + la.describe() + " be [slots, slices * rank, in]");
-    a.expectAct(out, "out");
-    a.expectShape(out, {n, wideWidth(la, inter)}, "out");
-    a.expect(la.dim(2) == inter, "a " + la.describe() + " does not match gateUp " + gu.describe());
-    expectSlotOfRow(a, slots, n, la.dim(0));
-  }
-  const gpu::SlotRanks sr = shrinkRanks(a, ranks, la);
-  if (cuda) {
-    a.run([&] {
-      gpu::siluMulShrink(act, out.data(), gu.data(), n, inter,
-                         {t ? t->data() : nullptr, a.weights(la), la.dim(0), slots.ptr<int32_t>(), la.dim(1), sr});
-    });
-    return info.Env().Undefined();
-  }
-  std::vector<float> made(t ? 0 : size_t(n * inter));
-  float* y = t ? out.ptr<float>() : made.data();
-  cpu::siluMul(y, gu.ptr<float>(), n, inter);
-  cpuShrink(a, t ? t->ptr<float>() : out.ptr<float>(), !t, y, la, slots, n, inter, sr);
-  return info.Env().Undefined();
-}
-
 // linearExpand(out, x, w, bias, t, b, slotOfRow, sliceStarts, accumulate?, slotRanks?): linear (out += with
 // accumulate), then loraExpand into its output: on CUDA the expand is the decode GEMV's epilogue.
 Napi::Value LinearExpand(const Napi::CallbackInfo& info) {
@@ -295,8 +221,6 @@ Napi::Value MaxAbsDiff(const Napi::CallbackInfo& info) {
 void RegisterLoraOps(Napi::Env env, Napi::Object exports) {
   exports["loraShrink"] = Napi::Function::New<LoraShrink>(env, "loraShrink");
   exports["loraExpand"] = Napi::Function::New<LoraExpand>(env, "loraExpand");
-  exports["rmsNormShrink"] = Napi::Function::New<RmsNormShrink>(env, "rmsNormShrink");
-  exports["siluMulShrink"] = Napi::Function::New<SiluMulShrink>(env, "siluMulShrink");
   exports["linearExpand"] = Napi::Function::New<LinearExpand>(env, "linearExpand");
   exports["loraJoin"] = Napi::Function::New<LoraJoin>(env, "loraJoin");
   exports["copyRegion"] = Napi::Function::New<CopyRegion>(env, "copyRegion");

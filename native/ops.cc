@@ -223,7 +223,7 @@ Napi::Value SiluMul(const Napi::CallbackInfo& info) {
   DType act = expectSiluMul(a, out, gu, adapted);
   const int64_t inter = adapted ? out.dim(1) : gu.dim(1) / 2, ldg = gu.dim(1);
   const cpu::LoraDelta d = expectLoraDelta(a, 2, gu, 2 * inter, "gateUp");
-  if (cuda) a.run([&] { gpu::siluMul(act, out.data(), gu.data(), gu.dim(0), inter, 0, ldg, d); });
+  if (cuda) a.run([&] { gpu::siluMul(act, out.data(), gu.data(), gu.dim(0), inter, ldg, d); });
   else cpu::siluMul(out.ptr<float>(), gu.ptr<float>(), gu.dim(0), inter, ldg, d);
   return info.Env().Undefined();
 }

@@ -230,10 +230,6 @@ export interface Binding {
    * the wide row loraShrink makes (see there), from a GEMM's shrink.
    */
   loraJoin(wide: Tensor, x: Tensor, s: Tensor, slotOfRow: Tensor, slots: number): void;
-  /** rmsNorm, then loraShrink(t, out, a, slotOfRow): one launch on CUDA. t null: out is a wide row (see loraShrink) and takes both. */
-  rmsNormShrink(out: Tensor, x: Tensor, w: Tensor, eps: number, t: Tensor | null, a: Tensor, slotOfRow: Tensor, slotRanks?: Tensor): void;
-  /** siluMul, then loraShrink(t, out, a, slotOfRow): one launch on CUDA. t null: out is a wide row (see loraShrink). */
-  siluMulShrink(out: Tensor, gateUp: Tensor, t: Tensor | null, a: Tensor, slotOfRow: Tensor, slotRanks?: Tensor): void;
   /** linear (with accumulate: out +=), then loraExpand(out, t, b, slotOfRow, sliceStarts): for decode batches one launch on CUDA. */
   linearExpand(
     out: Tensor, x: Tensor, w: Tensor, bias: Tensor | null, t: Tensor, b: Tensor, slotOfRow: Tensor, sliceStarts: Tensor,

@@ -55,30 +55,29 @@ describeGpu('cuda lora', () => {
     });
   });
 
-  // The fused forms against the CPU and against the separate CUDA ops (within rounding):
-  // rmsNormShrink and siluMulShrink (a block per rank row of each row while rows × rank rows
-  // stay within twice the SMs, SiLU·mul then as the op and loraShrink; else up to 64 rows
-  // and two blocks an SM, a block per few rank rows from the row staged in shared memory;
-  // past that, or where the row does not fit, the plain op and loraShrink); linearExpand,
-  // plain and accumulating (the expand in the GEMV epilogue up to 4 rows, linear +
-  // loraExpand above; accumulating, the adapter's delta joins the projection first).
+  // The shrink's layouts (a block per rank row of each row while rows × rank rows stay within
+  // twice the SMs; else up to 64 rows a block per few rank rows; past that, tiles of rows),
+  // narrow and into wide rows through [W | b over every slot] (linear and linearWide), and
+  // linearExpand, plain and accumulating (the expand in the GEMV epilogue up to 4 rows, linear
+  // + loraExpand above; accumulating, the adapter's delta joins the projection first), against
+  // the CPU and against the separate CUDA ops (within rounding).
   describe.each(ACTS)('fused, %s activations', (act) => {
     // [rows, in, slice widths, rank]: GEMV rows 1 and 3, then cuBLASLt / tiled.
     const cases: [number, number, number[], number][] = [
       [1, 1024, [512, 256, 256], 16],
       [3, 136, [40, 24, 24], 8],
-      [11, 256, [128, 128], 64],  // 1408 rank rows: staged
+      [11, 256, [128, 128], 64],  // 1408 rank rows: a block per few
       [24, 256, [128], 8],  // 192: by block at 24 rows
-      [2, 4096, [64, 32], 16],  // by block, the norm's row held in registers (2 runs of 8 a thread)
-      [1, 8192, [128], 8],  // the same, 4 runs
-      [64, 256, [128, 64, 64], 16],  // 64 rows of 6 staged blocks: past two an SM, the op then loraShrink
+      [2, 4096, [64, 32], 16],  // by block, long rows
+      [1, 8192, [128], 8],
+      [64, 256, [128, 64, 64], 16],  // 64 rows of 6 blocks of 8 rank rows
       [16, 64, [96], 4],
       [40, 512, [256, 128, 128], 16],
-      [100, 256, [128, 64], 8],
-      [48, 12800, [64, 32], 8],  // f32: a row past what a block stages (the op, then the tiled shrink)
+      [100, 256, [128, 64], 8],  // tiles of rows
+      [48, 12800, [64, 32], 8],
       [5, 132, [64], 8],  // 132 = 8k + 4: no 8-element runs (by block)
-      [40, 132, [64, 32], 8],  // the same, staged
-      [40, 12288, [64], 8],  // f32: 48 KiB, a row the staged kernels' shared memory cannot hold with their own arrays
+      [40, 132, [64, 32], 8],  // the same, a block per few rank rows
+      [40, 12288, [64], 8],
     ];
     it.each(cases)('%i rows, in %i, slices %j, rank %i', (n, inF, widths, rank) => {
       const rng = new Rng(3 * n + inF + rank + act.length);
@@ -91,55 +90,29 @@ describeGpu('cuda lora', () => {
       const R = numSlices * rank;
       const a = weightPair('bf16', [NUM_SLOTS, R, inF], rng.floats(NUM_SLOTS * R * inF, -0.1, 0.1));
       const b = weightPair('bf16', [outF, NUM_SLOTS, R], rng.floats(NUM_SLOTS * outF * R, -0.1, 0.1));
-      const normW = weightPair('bf16', [inF], rng.floats(inF, 0.5, 1.5));
       const w = weightPair('bf16', [outF, inF], rng.floats(outF * inF, -0.05, 0.05));
       const bias = weightPair('bf16', [outF], rng.floats(outF));
-      const xs = rounded(act, rng.floats(n * inF)), gateUp = rounded(act, rng.floats(n * 2 * inF, -4, 4));
+      const xs = rounded(act, rng.floats(n * inF));
       const close = (got: Float32Array, want: Float32Array, reordered = true) => expectClose(got, want, tol(act, reordered));
 
-      // Producer + shrink: fused and separate on CUDA, and the CPU's composition.
-      for (const op of ['rmsNorm', 'siluMul'] as const) {
-        const cuda = (fused: boolean) => {
-          const out = addon.empty(act, [n, inF], 'cuda'), t = addon.empty(act, [n, R], 'cuda');
-          const sl = onCuda('i32', [n], slots);
-          if (op === 'rmsNorm') {
-            const x = onCuda(act, [n, inF], xs);
-            if (fused) addon.rmsNormShrink(out, x, normW.cuda, 1e-6, t, a.cuda, sl);
-            else addon.rmsNorm(out, x, normW.cuda, 1e-6);
-          } else {
-            const gu = onCuda(act, [n, 2 * inF], gateUp);
-            if (fused) addon.siluMulShrink(out, gu, t, a.cuda, sl);
-            else addon.siluMul(out, gu);
-          }
-          if (!fused) addon.loraShrink(t, out, a.cuda, sl);
-          return { out: floats(out), t: floats(t) };
-        };
-        const out = addon.empty('f32', [n, inF]), t = addon.empty('f32', [n, R]);
-        if (op === 'rmsNorm') addon.rmsNormShrink(out, onCpu([n, inF], xs), normW.cpu, 1e-6, t, a.cpu, i32([n], cpuSlots));
-        else addon.siluMulShrink(out, onCpu([n, 2 * inF], gateUp), t, a.cpu, i32([n], cpuSlots));
-        const fused = cuda(true), apart = cuda(false);
-        close(fused.out, apart.out);
-        close(fused.t, apart.t);
-        close(fused.out, floats(out));
-        expectClose(fused.t, floats(t), 2 * tol(act, true));
-      }
+      // The shrink alone, against the CPU's.
+      const tCuda = addon.empty(act, [n, R], 'cuda'), tCpu = addon.empty('f32', [n, R]);
+      addon.loraShrink(tCuda, onCuda(act, [n, inF], xs), a.cuda, onCuda('i32', [n], slots));
+      addon.loraShrink(tCpu, onCpu([n, inF], xs), a.cpu, i32([n], cpuSlots));
+      expectClose(floats(tCuda), floats(tCpu), 2 * tol(act, true));
 
       // Wide rows [x | every slot's shrink] (t null; loraShrink copying x in), against the
       // CPU's; then one linear through [W | b over every slot] against the CPU's, and the
       // projection alone reading W's columns of the wide weight.
       const width = inF + NUM_SLOTS * R;
-      const wideCuda = (op: 'rmsNorm' | 'siluMul' | 'lora') => {
-        const out = addon.empty(act, [n, width], 'cuda'), sl = onCuda('i32', [n], slots);
-        if (op === 'rmsNorm') addon.rmsNormShrink(out, onCuda(act, [n, inF], xs), normW.cuda, 1e-6, null, a.cuda, sl);
-        else if (op === 'siluMul') addon.siluMulShrink(out, onCuda(act, [n, 2 * inF], gateUp), null, a.cuda, sl);
-        else addon.loraShrink(out, onCuda(act, [n, inF], xs), a.cuda, sl);
+      const wideCuda = () => {
+        const out = addon.empty(act, [n, width], 'cuda');
+        addon.loraShrink(out, onCuda(act, [n, inF], xs), a.cuda, onCuda('i32', [n], slots));
         return out;
       };
-      const wideCpu = (op: 'rmsNorm' | 'siluMul' | 'lora') => {
-        const out = addon.empty('f32', [n, width]), sl = i32([n], cpuSlots);
-        if (op === 'rmsNorm') addon.rmsNormShrink(out, onCpu([n, inF], xs), normW.cpu, 1e-6, null, a.cpu, sl);
-        else if (op === 'siluMul') addon.siluMulShrink(out, onCpu([n, 2 * inF], gateUp), null, a.cpu, sl);
-        else addon.loraShrink(out, onCpu([n, inF], xs), a.cpu, sl);
+      const wideCpu = () => {
+        const out = addon.empty('f32', [n, width]);
+        addon.loraShrink(out, onCpu([n, inF], xs), a.cpu, i32([n], cpuSlots));
         return out;
       };
       // The pool's b: each output row's own slice only.
@@ -153,18 +126,16 @@ describeGpu('cuda lora', () => {
         wideW.set(bVals.subarray(o * NUM_SLOTS * R, (o + 1) * NUM_SLOTS * R), o * width + inF);
       }
       const wideWeight = weightPair('bf16', [outF, width], wideW);
-      for (const op of ['rmsNorm', 'siluMul', 'lora'] as const) {
-        const got = wideCuda(op), want = wideCpu(op);
-        expectClose(floats(got), floats(want), 2 * tol(act, true));
-        const yCuda = addon.empty(act, [n, outF], 'cuda'), yCpu = addon.empty('f32', [n, outF]);
-        addon.linear(yCuda, got, wideWeight.cuda, bias.cuda);
-        addon.linear(yCpu, want, wideWeight.cpu, bias.cpu);
-        expectClose(floats(yCuda), floats(yCpu), 2 * tol(act, true));
-        // linearWide: up to 4 rows the GEMV reads only each row's own slot's columns of b.
-        const yWide = addon.empty(act, [n, outF], 'cuda');
-        addon.linearWide(yWide, got, wideWeight.cuda, bias.cuda, false, onCuda('i32', [n], slots), inF, NUM_SLOTS);
-        expectClose(floats(yWide), floats(yCpu), 2 * tol(act, true));
-      }
+      const got = wideCuda(), want = wideCpu();
+      expectClose(floats(got), floats(want), 2 * tol(act, true));
+      const yCuda = addon.empty(act, [n, outF], 'cuda'), yCpu = addon.empty('f32', [n, outF]);
+      addon.linear(yCuda, got, wideWeight.cuda, bias.cuda);
+      addon.linear(yCpu, want, wideWeight.cpu, bias.cpu);
+      expectClose(floats(yCuda), floats(yCpu), 2 * tol(act, true));
+      // linearWide: up to 4 rows the GEMV reads only each row's own slot's columns of b.
+      const yWide = addon.empty(act, [n, outF], 'cuda');
+      addon.linearWide(yWide, got, wideWeight.cuda, bias.cuda, false, onCuda('i32', [n], slots), inF, NUM_SLOTS);
+      expectClose(floats(yWide), floats(yCpu), 2 * tol(act, true));
       // loraJoin (a GEMM shrink's wide row): every slot's columns in s, each row keeping its own.
       const spread = rounded(act, rng.floats(n * NUM_SLOTS * R));
       const joinCuda = addon.empty(act, [n, width], 'cuda'), joinCpu = addon.empty('f32', [n, width]);
@@ -223,26 +194,15 @@ describeGpu('cuda lora', () => {
     };
     const a = { nan: onCuda('bf16', [NUM_SLOTS, S * R, inF], pad(aVals, aKey, NaN)), zero: onCpu([NUM_SLOTS, S * R, inF], rounded('bf16', pad(aVals, aKey, 0))) };
     const b = { nan: onCuda('bf16', [outF, NUM_SLOTS, S * R], pad(bVals, bKey, NaN)), zero: onCpu([outF, NUM_SLOTS, S * R], rounded('bf16', pad(bVals, bKey, 0))) };
-    const x = rounded('bf16', rng.floats(n * inF)), gu = rounded('bf16', rng.floats(n * 2 * inF, -3, 3)), w = rounded('bf16', rng.floats(inF, 0.5, 1.5));
+    const x = rounded('bf16', rng.floats(n * inF));
     const lw = rounded('bf16', rng.floats(outF * inF, -0.05, 0.05)), base = rounded('bf16', rng.floats(n * outF));
     const sr = onCuda('i32', [NUM_SLOTS, S], ranks);
     const sl = { cuda: onCuda('i32', [n], slots), cpu: i32([n], slots) };
-    // Shrinks.
-    const shrinkCuda = (op: 'lora' | 'norm' | 'silu') => {
-      const t = addon.empty('bf16', [n, S * R], 'cuda');
-      if (op === 'lora') addon.loraShrink(t, onCuda('bf16', [n, inF], x), a.nan, sl.cuda, sr);
-      if (op === 'norm') addon.rmsNormShrink(addon.empty('bf16', [n, inF], 'cuda'), onCuda('bf16', [n, inF], x), onCuda('bf16', [inF], w), 1e-6, t, a.nan, sl.cuda, sr);
-      if (op === 'silu') addon.siluMulShrink(addon.empty('bf16', [n, inF], 'cuda'), onCuda('bf16', [n, 2 * inF], gu), t, a.nan, sl.cuda, sr);
-      return floats(t);
-    };
-    const shrinkCpu = (op: 'lora' | 'norm' | 'silu') => {
-      const t = addon.empty('f32', [n, S * R]);
-      if (op === 'lora') addon.loraShrink(t, onCpu([n, inF], x), a.zero, sl.cpu);
-      if (op === 'norm') addon.rmsNormShrink(addon.empty('f32', [n, inF]), onCpu([n, inF], x), onCpu([inF], w), 1e-6, t, a.zero, sl.cpu);
-      if (op === 'silu') addon.siluMulShrink(addon.empty('f32', [n, inF]), onCpu([n, 2 * inF], gu), t, a.zero, sl.cpu);
-      return floats(t);
-    };
-    for (const op of ['lora', 'norm', 'silu'] as const) expectClose(shrinkCuda(op), shrinkCpu(op), 2 * tol('bf16', true));
+    // The shrink.
+    const tCuda = addon.empty('bf16', [n, S * R], 'cuda'), tCpu = addon.empty('f32', [n, S * R]);
+    addon.loraShrink(tCuda, onCuda('bf16', [n, inF], x), a.nan, sl.cuda, sr);
+    addon.loraShrink(tCpu, onCpu([n, inF], x), a.zero, sl.cpu);
+    expectClose(floats(tCuda), floats(tCpu), 2 * tol('bf16', true));
     // Expands: alone, and in linear's epilogue, plain and accumulating.
     const ts = rounded('bf16', rng.floats(n * S * R, -1, 1));
     const st = { cuda: onCuda('i32', [S + 1], starts), cpu: i32([S + 1], starts) };

@@ -132,19 +132,16 @@ it.runIf(HAS_CUDA && process.env.MSTAR_GPU_TIMING === '1')('timings', () => {
     const b = (outF: number, slices: number) => copies((seed) => randn('bf16', [outF, slots, slices * rank], seed, 0.05));
     const w = (outF: number, inF: number) => copies((seed) => randn('bf16', [outF, inF], seed, 0.02));
     const starts = (widths: number[]) => onCuda('i32', [widths.length + 1], widths.reduce((acc, w) => [...acc, acc[acc.length - 1] + w], [0]));
-    const x = randn('bf16', [n, 1024], 13), normW = randn('bf16', [1024], 14, 1), xOut = addon.empty('bf16', [n, 1024], 'cuda');
-    const gateUp = randn('bf16', [n, 6144], 15, 4), act = addon.empty('bf16', [n, 3072], 'cuda');
+    const x = randn('bf16', [n, 1024], 13);
     const attn = randn('bf16', [n, 2048], 16), residual = randn('bf16', [n, 1024], 17);
     const qkv = addon.empty('bf16', [n, 4096], 'cuda'), gu = addon.empty('bf16', [n, 6144], 'cuda');
     const t48 = randn('bf16', [n, 48], 18), t32 = randn('bf16', [n, 32], 19), t16 = randn('bf16', [n, 16], 20);
     const wQkv = w(4096, 1024), wGu = w(6144, 1024), wO = w(1024, 2048);
-    const aQkv = a(48, 1024), aDown = a(16, 3072), aO = a(16, 2048);
+    const aO = a(16, 2048);
     const bQkv = b(4096, 3), bGu = b(6144, 2), bO = b(1024, 1), stQkv = starts([2048, 1024, 1024]), stGu = starts([3072, 3072]), stO = starts([1024]);
     const us = (fn: (c: number) => void) => timeInGraph((i) => fn(i % 8));
     const row = (what: string, plain: number, lora: number) =>
       report(`lora n=${n} ${what}`, lora, `plain ${(plain * 1e6).toFixed(1)} us, +${((lora - plain) * 1e6).toFixed(1)} us`);
-    row('rmsNormShrink 1024, 48 rank rows', us(() => addon.rmsNorm(xOut, x, normW, 1e-6)), us((c) => addon.rmsNormShrink(xOut, x, normW, 1e-6, t48, aQkv[c], slotOfRow)));
-    row('siluMulShrink 3072, 16 rank rows', us(() => addon.siluMul(act, gateUp)), us((c) => addon.siluMulShrink(act, gateUp, t16, aDown[c], slotOfRow)));
     row('loraShrink 2048 -> 16 (o)', 0, us((c) => addon.loraShrink(t16, attn, aO[c], slotOfRow)));
     row('linearExpand 1024 -> 4096 (qkv)', us((c) => addon.linear(qkv, x, wQkv[c], null)), us((c) => addon.linearExpand(qkv, x, wQkv[c], null, t48, bQkv[c], slotOfRow, stQkv)));
     row('linearExpand 1024 -> 6144 (gate_up)', us((c) => addon.linear(gu, x, wGu[c], null)), us((c) => addon.linearExpand(gu, x, wGu[c], null, t32, bGu[c], slotOfRow, stGu)));

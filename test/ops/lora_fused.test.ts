@@ -1,7 +1,8 @@
-// The fused LoRA ops: rmsNormShrink = rmsNorm then loraShrink of its output, siluMulShrink =
-// siluMul then loraShrink of its output, and linearExpand = linear (out += with accumulate)
-// then loraExpand into its output, on the CPU backend (the CUDA kernels are checked against
-// these in test/gpu/lora.test.ts). Refused calls change nothing.
+// The LoRA ops beside the plain ones: wide rows [x | every slot's shrink] (loraShrink, and
+// loraJoin from a shrink by every slot at once) through a weight with every slot's b beside
+// W, linearExpand = linear (out += with accumulate) then loraExpand into its output, and the
+// slots' ranks, on the CPU backend (the CUDA kernels are checked against these in
+// test/gpu/lora.test.ts). Refused calls change nothing.
 import { describe, expect, it } from 'vitest';
 
 import { addon, expectClose, expectOpError, expectSame, f32, floats, i32 } from './helpers.js';
@@ -22,49 +23,6 @@ function data(seed: number) {
   };
 }
 
-describe('rmsNormShrink and siluMulShrink', () => {
-  it('equal rmsNorm or siluMul, then loraShrink of the output', () => {
-    const d = data(1);
-    const a = () => f32([numSlots, 3 * rank, dim], d.a);
-    const fresh = () => ({ out: addon.empty('f32', [n, dim]), t: addon.empty('f32', [n, 3 * rank]) });
-    const want = fresh(), got = fresh();
-    addon.rmsNorm(want.out, f32([n, dim], d.x), f32([dim], d.w), 1e-6);
-    addon.loraShrink(want.t, want.out, a(), i32([n], slots));
-    addon.rmsNormShrink(got.out, f32([n, dim], d.x), f32([dim], d.w), 1e-6, got.t, a(), i32([n], slots));
-    for (const k of ['out', 't'] as const) expectSame(floats(got[k]), floats(want[k]));
-    expect(floats(got.t).subarray(0, 3 * rank).every((v) => v === 0)).toBe(true);  // slot 0: no adapter
-
-    const wantS = fresh(), gotS = fresh();
-    addon.siluMul(wantS.out, f32([n, 2 * dim], d.gateUp));
-    addon.loraShrink(wantS.t, wantS.out, a(), i32([n], slots));
-    addon.siluMulShrink(gotS.out, f32([n, 2 * dim], d.gateUp), gotS.t, a(), i32([n], slots));
-    for (const k of ['out', 't'] as const) expectSame(floats(gotS[k]), floats(wantS[k]));
-  });
-
-  it('reject bad arguments, naming them, and change nothing', () => {
-    const d = data(2);
-    const out = f32([n, dim], d.res), t = addon.zeros('f32', [n, 3 * rank]);
-    const a = f32([numSlots, 3 * rank, dim], d.a);
-    type T = ReturnType<typeof f32>;
-    const norm = (o: { slots?: number[]; t?: T; a?: T }) => () =>
-      addon.rmsNormShrink(out, f32([n, dim], d.x), f32([dim], d.w), 1e-6, o.t ?? t, o.a ?? a, i32([n], o.slots ?? slots));
-    expectOpError(norm({ slots: [0, 1, 4, 0, 0] }), /^rmsNormShrink: slotOfRow\[2\] = 4 is not one of the 4 slots/);
-    expectOpError(norm({ t: addon.zeros('f32', [n, 2]) }), /^rmsNormShrink: t must be \[5, 9\]/);
-    expectOpError(norm({ a: f32([numSlots, 3 * rank, 5], new Float32Array(numSlots * 3 * rank * 5)) }), /^rmsNormShrink: a .* does not match out/);
-    // out with x's element count but another row width: the kernels would have run x's rows at w's width into it.
-    const wide = addon.zeros('f32', [2 * n, dim]), narrowOut = wide.narrow(0, n).view([2 * n, dim / 2]);
-    expectOpError(() => addon.rmsNormShrink(narrowOut, f32([n, dim], d.x), f32([dim], d.w), 1e-6, t, a, i32([n], slots)),
-      new RegExp(`^rmsNormShrink: out must be \\[${n}, ${dim}\\]`));
-    expect(floats(wide).every((v) => v === 0)).toBe(true);
-    const silu = (o: { slots?: number[]; t?: T }) => () =>
-      addon.siluMulShrink(out, f32([n, 2 * dim], d.gateUp), o.t ?? t, a, i32([n], o.slots ?? slots));
-    expectOpError(silu({ slots: [0, 0, 0, -2, 0] }), /^siluMulShrink: slotOfRow\[3\] = -2 is not one of the 4 slots/);
-    expectOpError(silu({ t: addon.zeros('f32', [n + 1, 3 * rank]) }), /^siluMulShrink: t must be \[5, 9\]/);
-    expectSame(floats(out), d.res);
-    expect(floats(t).every((v) => v === 0)).toBe(true);
-  });
-});
-
 describe('wide rows: [x | every slot\'s shrink]', () => {
   const R = 3 * rank, width = dim + numSlots * R;
   /** x, then each row's narrow t at its slot's R columns, zeros in the other slots' (as the ops document it). */
@@ -77,22 +35,14 @@ describe('wide rows: [x | every slot\'s shrink]', () => {
     return out;
   };
 
-  it('loraShrink, rmsNormShrink and siluMulShrink make x and the shrink in one wide row', () => {
+  it('loraShrink makes x and the shrink in one wide row', () => {
     const d = data(7);
     const a = () => f32([numSlots, R, dim], d.a);
     const t = addon.empty('f32', [n, R]), wide = addon.empty('f32', [n, width]);
     addon.loraShrink(t, f32([n, dim], d.x), a(), i32([n], slots));
     addon.loraShrink(wide, f32([n, dim], d.x), a(), i32([n], slots));
     expectSame(floats(wide), joined(d.x, floats(t)));
-
-    const normed = addon.empty('f32', [n, dim]);
-    addon.rmsNormShrink(normed, f32([n, dim], d.x), f32([dim], d.w), 1e-6, t, a(), i32([n], slots));
-    addon.rmsNormShrink(wide, f32([n, dim], d.x), f32([dim], d.w), 1e-6, null, a(), i32([n], slots));
-    expectSame(floats(wide), joined(floats(normed), floats(t)));
-
-    addon.siluMulShrink(normed, f32([n, 2 * dim], d.gateUp), t, a(), i32([n], slots));
-    addon.siluMulShrink(wide, f32([n, 2 * dim], d.gateUp), null, a(), i32([n], slots));
-    expectSame(floats(wide), joined(floats(normed), floats(t)));
+    expect(floats(t).subarray(0, R).every((v) => v === 0)).toBe(true);  // slot 0: no adapter
   });
 
   it('through a weight with every slot\'s b beside W, one linear is the projection plus its adapter', () => {
@@ -140,12 +90,7 @@ describe('wide rows: [x | every slot\'s shrink]', () => {
   it('refuse a wide row of the wrong width, and a weight window past its end, changing nothing', () => {
     const d = data(9);
     const a = f32([numSlots, R, dim], d.a), out = addon.zeros('f32', [n, width + 1]);
-    expectOpError(() => addon.rmsNormShrink(out, f32([n, dim], d.x), f32([dim], d.w), 1e-6, null, a, i32([n], slots)),
-      new RegExp(`^rmsNormShrink: wide t must be \\[${n}, ${width}\\]`));
-    expectOpError(() => addon.siluMulShrink(out, f32([n, 2 * dim], d.gateUp), null, a, i32([n], slots)),
-      new RegExp(`^siluMulShrink: out must be \\[${n}, ${width}\\]`));
-    expectOpError(() => addon.siluMulShrink(addon.zeros('f32', [n, width]), f32([n, 2 * dim], d.gateUp), null, i32([numSlots, R, dim], new Int32Array(numSlots * R * dim)), i32([n], slots)),
-      /^siluMulShrink: a must be/);
+    expectOpError(() => addon.loraShrink(out, f32([n, dim], d.x), a, i32([n], slots)), /^loraShrink: t must be \[5, 9\]/);
     // x inside the wide row it would be copied into: the kernels would read what they write.
     const buf = addon.zeros('f32', [n * width]), xIn = buf.narrow(0, n * dim).view([n, dim]), tIn = buf.view([n, width]);
     expectOpError(() => addon.loraShrink(tIn, xIn, a, i32([n], slots)), /^loraShrink: x f32\[5, 12\] and t f32\[5, 48\] share memory/);
@@ -241,11 +186,9 @@ describe('slotRanks', () => {
     const slotT = () => i32([n], slots);
     const aOf = (fill: number) => f32([numSlots, S * R, dim], padA(d.a, fill));
     const bOf = (fill: number) => f32([outF, numSlots, S * R], padB(d.b, fill));
-    // Shrinks: plain, after rmsNorm, after siluMul.
+    // The shrink.
     const shrinks: [string, (a: ReturnType<typeof f32>, ranked: boolean) => Float32Array][] = [
       ['loraShrink', (a, ranked) => { const t = addon.empty('f32', [n, S * R]); addon.loraShrink(t, f32([n, dim], d.x), a, slotT(), ranked ? sr() : undefined); return floats(t); }],
-      ['rmsNormShrink', (a, ranked) => { const t = addon.empty('f32', [n, S * R]); addon.rmsNormShrink(addon.empty('f32', [n, dim]), f32([n, dim], d.x), f32([dim], d.w), 1e-6, t, a, slotT(), ranked ? sr() : undefined); return floats(t); }],
-      ['siluMulShrink', (a, ranked) => { const t = addon.empty('f32', [n, S * R]); addon.siluMulShrink(addon.empty('f32', [n, dim]), f32([n, 2 * dim], d.gateUp), t, a, slotT(), ranked ? sr() : undefined); return floats(t); }],
     ];
     for (const [name, run] of shrinks) expect(run(aOf(NaN), true), name).toEqual(run(aOf(0), false));
     // Expands: plain, and in linear's epilogue (plain and accumulating).
