@@ -37,8 +37,7 @@ RankOut<T> rankOutOf(void* t, bool wide, int64_t in, int64_t numSlots, int64_t r
 // This lane's share of x · aRow over the runs part, part + parts, ... of the row: a run is
 // 256 elements where vec (a's rows allow 16-byte loads, 8 consecutive elements a lane),
 // else 32. xAt(i) gives x's element i; x8(i, xv), where vecX, its elements i .. i + 7 from
-// 16-byte loads (with them, and the producers' rows read and written in runs of 8, Qwen3-8B's
-// norm + shrink at 1 row took 3.0 us instead of 5.2, o's shrink 2.1 instead of 4.3).
+// 16-byte loads (with them, Qwen3-8B's o shrink at 1 row took 2.1 us instead of 4.3).
 template <typename A, typename F, typename F8>
 __device__ __forceinline__ float shrinkPart(const A* aRow, int64_t in, int part, int parts, int lane, bool vec,
                                             bool vecX, F&& xAt, F8&& x8) {
@@ -179,7 +178,7 @@ bool fewBlocks(int64_t blocks);  // at most two an SM
 inline bool shrinkByBlock(int64_t n, int64_t rankRows) { return fewBlocks(n * rankRows); }
 constexpr int64_t kStagedShrinkRows = 64;
 // Rank rows to a block in the staged layout: 8, or 4 or 2 where n rows of 8 would leave
-// SMs without a block (measured: SiLU·mul's 16 rank rows at 32 rows were 64 blocks).
+// SMs without a block (measured: 16 rank rows at 32 rows were 64 blocks).
 int stagedRankRows(int64_t n, int64_t rankRows);
 // Blocks a row takes in the staged layout, rb rank rows each.
 inline int64_t stagedBlocksPerRow(int64_t rankRows, int rb) { return std::max<int64_t>(1, (rankRows + rb - 1) / rb); }

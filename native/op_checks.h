@@ -1,5 +1,5 @@
 // Argument checks that more than one op binding shares: the plain ops (ops.cc) and the
-// LoRA ops and their fused forms (lora_ops.cc) check the same operands the same way.
+// LoRA ops (lora_ops.cc) check the same operands the same way.
 #pragma once
 #include "cpu/ops.h"
 #include "op_args.h"
