@@ -30,7 +30,7 @@ __global__ void siluMulKernel(T* out, const T* gateUp, int64_t ldg, int64_t n, i
 // other, took 13 us at 8 rows of Qwen3-0.6B against 1.0 plain.)
 constexpr int kDeltaCols = 8, kDeltaThreads = 64, kDeltaBlockCols = kDeltaThreads / 2 * kDeltaCols;
 template <typename T>
-__global__ void siluMulDeltaKernel(T* out, const T* gateUp, int64_t ldg, int64_t n, int64_t inter, LoraDelta delta,
+__global__ void siluMulDeltaKernel(T* out, const T* gateUp, int64_t ldg, int64_t inter, LoraDelta delta,
                                    bool deltaVec, bool vecRows) {
   const int lane = threadIdx.x % 32, up = lane / 16;
   const int64_t at = blockIdx.x * int64_t(kDeltaBlockCols) + (threadIdx.x / 32) * 16 * kDeltaCols + (lane % 16) * kDeltaCols;
@@ -86,7 +86,7 @@ void siluMul(DType act, void* out, const void* gateUp, int64_t n, int64_t inter,
       const dim3 grid{blocksFor(inter, kDeltaBlockCols), unsigned(n)};
       const bool vecRows = runsOf8(gateUp, ldg, sizeof(T)) && runsOf8(out, inter, sizeof(T));
       launch("siluMul kernel", siluMulDeltaKernel<T>, grid, kDeltaThreads, 0, static_cast<T*>(out),
-          static_cast<const T*>(gateUp), ldg, n, inter, d, inter % 8 == 0 && deltaRunsOf(d, 8, sizeof(T)), vecRows);
+          static_cast<const T*>(gateUp), ldg, inter, d, inter % 8 == 0 && deltaRunsOf(d, 8, sizeof(T)), vecRows);
       return;
     }
     launch("siluMul kernel", siluMulKernel<T>, gridFor(n * inter), 256, 0, static_cast<T*>(out),

@@ -50,8 +50,7 @@ struct LaneExpand {
   }
 
   __device__ void load(const LoraExpandArgs& e, int64_t o, int n, int64_t outF, int lane) {
-    slice = 0;
-    while (slice < e.numSlices && !(e.sliceStarts[slice] <= o && o < e.sliceStarts[slice + 1])) ++slice;
+    slice = int(sliceOf(e.sliceStarts, e.numSlices, o));
 #pragma unroll
     for (int r = 0; r < NR; ++r) {
       t[r] = b[r] = 0;

@@ -165,8 +165,7 @@ __global__ void __launch_bounds__(kExpandThreads)
   awaitPrior();
   const int64_t o = blockIdx.y * int64_t(blockDim.x) + threadIdx.x;
   if (o >= outF) return;
-  int s = 0;
-  while (s < numSlices && !(sliceStarts[s] <= o && o < sliceStarts[s + 1])) ++s;
+  const int s = int(sliceOf(sliceStarts, numSlices, o));
   const int64_t r0 = int64_t(blockIdx.x) * tileRows, r1 = min(n, r0 + tileRows), width = numSlices * rank;
   for (int64_t r = r0; r < r1; ++r) {
     const int32_t slot = slotOfRow[r];

@@ -18,13 +18,6 @@ inline bool deltaRunsOf(const LoraDelta& d, int v, size_t elem) {
   return d.ldb % v == 0 && aligned(d.bT, v * elem) && d.ldt % 8 == 0 && d.rank % 8 == 0 && aligned(d.t, 16);
 }
 
-// The slice of output o (numSlices: none).
-__device__ __forceinline__ int64_t deltaSlice(const LoraDelta& d, int64_t o) {
-  int64_t s = 0;
-  while (s < d.numSlices && !(d.sliceStarts[s] <= o && o < d.sliceStarts[s + 1])) ++s;
-  return s;
-}
-
 // Where row r's t and bT's rows start for slice s of `slot`, and the slot's rank there (0: none).
 template <typename T>
 __device__ __forceinline__ int64_t deltaSpan(const LoraDelta& d, int64_t r, int32_t slot, int64_t s, const T*& t,
@@ -48,7 +41,7 @@ __device__ __forceinline__ void loraDeltas(const LoraDelta& d, int64_t r, int32_
   for (int e = 0; e < N; ++e) {
     int64_t c = 0;
     acc[e] = 0;
-    used[e] = deltaSpan<T>(d, r, slot, deltaSlice(d, o[e]), t[e], c);
+    used[e] = deltaSpan<T>(d, r, slot, sliceOf(d.sliceStarts, d.numSlices, o[e]), t[e], c);
     b[e] = static_cast<const T*>(d.bT) + c * d.ldb + o[e];
   }
 #pragma unroll 4
@@ -82,8 +75,8 @@ __device__ __forceinline__ void deltaChunk(const T* t, const T* b, int64_t ldb, 
 template <typename T, int V>
 __device__ __forceinline__ void loraDeltasRun(const LoraDelta& d, bool vec, int64_t r, int32_t slot, int64_t o0,
                                               float (&acc)[V]) {
-  const int64_t s = deltaSlice(d, o0);
-  if (!vec || s != deltaSlice(d, o0 + V - 1)) {
+  const int64_t s = sliceOf(d.sliceStarts, d.numSlices, o0);
+  if (!vec || s != sliceOf(d.sliceStarts, d.numSlices, o0 + V - 1)) {
     int64_t o[V];
 #pragma unroll
     for (int e = 0; e < V; ++e) o[e] = o0 + e;
