@@ -141,19 +141,17 @@ export class LlamaModel {
       addon.linearWide(out, xt, w, this.bias(name), !!o.accumulate, slots, t.bCol, numSlots);
       xt.dispose();
     };
-    /** The residual takes input's projection `name`: now, or (extended) at the next norm. */
-    const addToResidual = (input: Tensor, name: string) => {
-      const t = extended(name);
-      if (!t) return project(residual, input, name, { accumulate: true });
-      const y = buffer('proj', n, c.hiddenSize + t.bCols);
-      addon.linear(y, input, t.ext!, null, false, 0);
-      pending = { y, t };
-    };
     /** The input's extended projection, [n, out + its shrink], in buffer `name`. */
     const projectExtended = (name: BufferName, input: Tensor, t: LoraTarget, out: number) => {
       const y = buffer(name, n, out + t.bCols);
       addon.linear(y, input, t.ext!, null, false, 0);
       return y;
+    };
+    /** The residual takes input's projection `name`: now, or (extended) at the next norm. */
+    const addToResidual = (input: Tensor, name: string) => {
+      const t = extended(name);
+      if (!t) return project(residual, input, name, { accumulate: true });
+      pending = { y: projectExtended('proj', input, t, c.hiddenSize), t };
     };
     const qkvCols = (H + 2 * K) * hd;
     for (let l = 0; l < c.numLayers; l++) {
