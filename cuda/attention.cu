@@ -36,13 +36,6 @@ constexpr int kWarps = 4;
 constexpr int kMinSplitKeys = 256;  // generalKernel: no split is shorter (its merge would cost more)
 constexpr int kMinStreamSplitKeys = 32;  // streamKernel: about one round of loads of a block
 constexpr int kMaxSplits = 64;
-// 2^x, one instruction (exp2f adds three to keep results below 2^-126, which a softmax
-// weight below that does not need); 2^-inf = 0.
-__device__ __forceinline__ float exp2Approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 
 struct Args {
   void* out;

@@ -83,15 +83,34 @@ __device__ __forceinline__ bool tileOf(const PrefillArgs& p, int& seq, int64_t& 
   return false;
 }
 
-// Three blocks an SM (168 registers a thread; left to itself the compiler takes 177, and
-// only two fit).
+// Where the tile's keys sit in the cache, a row each: the cache row, or -1 (past the keys
+// the tile may see, or a table entry outside the cache). One thread a key, a tile ahead of
+// the loads that read it (16 loader threads share a key: each found it on its own before).
+__device__ __forceinline__ int32_t cacheRowOf(const PrefillArgs& p, const int32_t* table, int key, int keyEnd) {
+  if (key >= keyEnd) return -1;
+  const int blk = p.blockShift >= 0 ? key >> p.blockShift : key / p.blockSize;
+  const int off = p.blockShift >= 0 ? key & (p.blockSize - 1) : key - blk * p.blockSize;
+  const int32_t b = table[blk];
+  return b >= 0 && b < p.numBlocks ? b * p.blockSize + off : -1;
+}
+
 template <int HD>
-__global__ __launch_bounds__(kThreads, 3) void prefillKernel(PrefillArgs p) {
+struct Tiles {
+  static constexpr int kStride = HD + 8;  // smem row pitch (elements): 16-byte rows, no bank conflicts
+  bf16 k[2][kKeys * kStride];             // two tiles: the next loads while this one is used
+  bf16 v[2][kKeys * kStride];
+  int32_t rows[2][kKeys];                 // each tile's cacheRowOf
+};
+
+// Two blocks an SM (226 registers a thread for HD 128, no spills; bounded to three, 168
+// registers spilled, and 16/8 heads measured 8% slower).
+template <int HD>
+__global__ __launch_bounds__(kThreads, 2) void prefillKernel(PrefillArgs p) {
   awaitPrior();
-  constexpr int kStride = HD + 8;  // smem row pitch (elements): 16-byte rows, no bank conflicts
+  constexpr int kStride = Tiles<HD>::kStride;
   constexpr int kSteps = HD / 16;  // k-steps of Q·Kᵀ
-  __shared__ alignas(16) bf16 sK[kKeys * kStride];
-  __shared__ alignas(16) bf16 sV[kKeys * kStride];
+  extern __shared__ uint4 smem[];  // 16-byte aligned
+  Tiles<HD>& tiles = *reinterpret_cast<Tiles<HD>*>(smem);
   int seq;
   int64_t q0;
   if (!tileOf(p, seq, q0)) return;
@@ -100,13 +119,15 @@ __global__ __launch_bounds__(kThreads, 3) void prefillKernel(PrefillArgs p) {
   const int64_t qEnd = p.queryStarts[seq + 1];
   const int64_t ctx = p.contextLens[seq];
   // Query token t sits at position ctx - (qEnd - t): the fresh tokens are the context's last.
-  const int64_t firstPos = ctx - (qEnd - q0);
-  const int64_t rows = min(int64_t(kRows), qEnd - q0);
-  const int64_t keyEnd = min(firstPos + rows, p.maxBlocks * p.blockSize);  // keys any row sees
+  // Positions and keys fit 32 bits (the host refuses tables past 2^31 tokens).
+  const int firstPos = int(ctx - (qEnd - q0));
+  const int rows = int(min(int64_t(kRows), qEnd - q0));
+  const int keyEnd = int(min(int64_t(firstPos) + rows, p.maxBlocks * p.blockSize));  // keys any row sees
+  const int numTiles = (keyEnd + kKeys - 1) / kKeys;
 
   // This lane's rows of the warp's 16: r0 and r0 + 8 (as the mma fragments hold them).
   const int r0 = warp * 16 + quad;
-  const int64_t pos0 = firstPos + r0, pos1 = pos0 + 8;
+  const int pos0 = firstPos + r0, pos1 = pos0 + 8;
   const bool live0 = r0 < rows, live1 = r0 + 8 < rows;
 
   // Q as A fragments, straight from the qkv rows (rows past the tile's tokens are zeros).
@@ -124,34 +145,45 @@ __global__ __launch_bounds__(kThreads, 3) void prefillKernel(PrefillArgs p) {
   }
 
   float o[HD / 8][4] = {};
+  // Running row maxima of the raw scores (q·k), and sums of the weights.
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0, l1 = 0;
   const int32_t* table = p.tables + int64_t(seq) * p.maxBlocks;
   const int64_t kvWidth = int64_t(p.numKvHeads) * HD;
 
-  // A thread loads the same 16-byte column of rows row0, row0 + kRowStep, ... of each tile.
+  // A thread loads the same 16-byte column of rows row0, row0 + kRowStep, ... of each tile
+  // (cp.async, zero-filled where the tile has no key: unwritten cache rows may hold NaN).
   constexpr int kLanesPerRow = HD / 8, kRowStep = kThreads / kLanesPerRow;
   const int row0 = threadIdx.x / kLanesPerRow, col = (threadIdx.x % kLanesPerRow) * 8;
   const bf16* kHead = p.k + int64_t(kvh) * HD + col;
   const bf16* vHead = p.v + int64_t(kvh) * HD + col;
-  for (int64_t n0 = 0; n0 < keyEnd; n0 += kKeys) {
-    // Load the tile: kKeys rows × HD / 8 chunks of 16 bytes for each of K and V. (Keys fit
-    // 32 bits: a 64-bit division per row was most of the kernel's integer work.)
+  auto load = [&](int buf) {
 #pragma unroll
     for (int row = row0; row < kKeys; row += kRowStep) {
-      const int key = int(n0) + row;
-      int64_t slot = -1;
-      if (key < keyEnd) {
-        const int blk = p.blockShift >= 0 ? key >> p.blockShift : key / p.blockSize;
-        const int off = p.blockShift >= 0 ? key & (p.blockSize - 1) : key - blk * p.blockSize;
-        const int32_t b = table[blk];
-        if (b >= 0 && b < p.numBlocks) slot = int64_t(b) * p.blockSize + off;
-      }
-      const int64_t at = (slot < 0 ? 0 : slot) * kvWidth;
-      copy16(sK + row * kStride + col, kHead + at, slot >= 0);
-      copy16(sV + row * kStride + col, vHead + at, slot >= 0);
+      const int32_t at = tiles.rows[buf][row];
+      const int64_t off = int64_t(at < 0 ? 0 : at) * kvWidth;
+      copy16(tiles.k[buf] + row * kStride + col, kHead + off, at >= 0);
+      copy16(tiles.v[buf] + row * kStride + col, vHead + off, at >= 0);
     }
-    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  };
+  if (threadIdx.x < kKeys) tiles.rows[0][threadIdx.x] = cacheRowOf(p, table, threadIdx.x, keyEnd);
+  __syncthreads();
+  if (numTiles > 0) load(0);  // none: no copy left in flight at the exit
+
+  for (int tile = 0; tile < numTiles; ++tile) {
+    const int buf = tile & 1;
+    const int n0 = tile * kKeys;
+    // The next tile's cache rows, then (once every thread's copies of this tile have
+    // landed) its loads, which run while this tile is used. The barrier also orders the
+    // loads into the other buffer after every warp's use of it, a tile ago.
+    const bool more = tile + 1 < numTiles;
+    if (more && threadIdx.x < kKeys)
+      tiles.rows[buf ^ 1][threadIdx.x] = cacheRowOf(p, table, n0 + kKeys + threadIdx.x, keyEnd);
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
     __syncthreads();
+    if (more) load(buf ^ 1);
+    const bf16* sK = tiles.k[buf];
+    const bf16* sV = tiles.v[buf];
 
     // S = Q·Kᵀ for this warp's 16 rows and the tile's keys: 8-key column tiles, K's B
     // fragments two k-steps to an ldmatrix (lanes 8j..8j+7 address matrix j's rows: key
@@ -170,60 +202,64 @@ __global__ __launch_bounds__(kThreads, 3) void prefillKernel(PrefillArgs p) {
         mma(s[nt], qa[st + 1], b[2], b[3]);
       }
     }
-    // Scale, mask (key after the row's position, or past the keys), and the new row maxima.
-    const bool whole = n0 + kKeys - 1 <= firstPos && n0 + kKeys <= keyEnd;  // every key seen by every row
+    // Mask (a key after the row's position, or past the keys) unless every row sees every
+    // key of the tile, and the new row maxima.
+    if (n0 + kKeys - 1 > firstPos || n0 + kKeys > keyEnd) {
+#pragma unroll
+      for (int nt = 0; nt < kKeys / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = n0 + nt * 8 + pair + (e & 1);
+          if (!(e < 2 ? live0 : live1) || key > (e < 2 ? pos0 : pos1) || key >= keyEnd) s[nt][e] = -INFINITY;
+        }
+    }
     float t0 = m0, t1 = m1;
 #pragma unroll
     for (int nt = 0; nt < kKeys / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t key = n0 + nt * 8 + pair + (e & 1);
-        const int64_t pos = e < 2 ? pos0 : pos1;
-        const bool live = e < 2 ? live0 : live1;
-        float x = s[nt][e] * p.scaleLog2;
-        if (!whole && (!live || key > pos || key >= keyEnd)) x = -INFINITY;
-        s[nt][e] = x;
-        if (e < 2) t0 = fmaxf(t0, x);
-        else t1 = fmaxf(t1, x);
-      }
+      t0 = fmaxf(t0, fmaxf(s[nt][0], s[nt][1]));
+      t1 = fmaxf(t1, fmaxf(s[nt][2], s[nt][3]));
     }
     // The 4 lanes of a quad share rows.
     t0 = fmaxf(t0, __shfl_xor_sync(0xffffffffu, t0, 1));
     t0 = fmaxf(t0, __shfl_xor_sync(0xffffffffu, t0, 2));
     t1 = fmaxf(t1, __shfl_xor_sync(0xffffffffu, t1, 1));
     t1 = fmaxf(t1, __shfl_xor_sync(0xffffffffu, t1, 2));
-    // A row that has seen no key yet keeps max -inf: subtract 0 instead (its weights are 0).
-    const float base0 = t0 == -INFINITY ? 0 : t0, base1 = t1 == -INFINITY ? 0 : t1;
-    const float keep0 = exp2f(m0 - base0), keep1 = exp2f(m1 - base1);
+    // Weights are 2^(s · scale log2 e - base), base the row's max in those units; a row
+    // that has seen no key yet keeps max -inf and base 0 (its weights are 0). What the
+    // row holds is rescaled only when its max grew (after a few tiles, mostly not).
+    const float base0 = t0 == -INFINITY ? 0 : t0 * p.scaleLog2, base1 = t1 == -INFINITY ? 0 : t1 * p.scaleLog2;
+    if (t0 > m0 || t1 > m1) {
+      const float keep0 = exp2Approx(fmaf(m0, p.scaleLog2, -base0)), keep1 = exp2Approx(fmaf(m1, p.scaleLog2, -base1));
+      l0 *= keep0;
+      l1 *= keep1;
+#pragma unroll
+      for (int dt = 0; dt < HD / 8; ++dt) {
+        o[dt][0] *= keep0;
+        o[dt][1] *= keep0;
+        o[dt][2] *= keep1;
+        o[dt][3] *= keep1;
+      }
+    }
     m0 = t0;
     m1 = t1;
-    l0 *= keep0;
-    l1 *= keep1;
-#pragma unroll
-    for (int dt = 0; dt < HD / 8; ++dt) {
-      o[dt][0] *= keep0;
-      o[dt][1] *= keep0;
-      o[dt][2] *= keep1;
-      o[dt][3] *= keep1;
-    }
-    // P = e^(S - max) as the A fragments of P·V (two 8-key tiles per k-step), in two
-    // bf16 parts, P = hi + lo: P·V in two products keeps P to about 16 bits. (Rounding P
-    // to one bf16, as flash attention does, cost the demo model 12% of its greedy tokens
-    // identical to f32.)
-    uint32_t hi[kKeys / 16][4], lo[kKeys / 16][4];
-#pragma unroll
-    for (int nt = 0; nt < kKeys / 8; ++nt) {
-      const float e0 = exp2f(s[nt][0] - base0), e1 = exp2f(s[nt][1] - base0);
-      const float e2 = exp2f(s[nt][2] - base1), e3 = exp2f(s[nt][3] - base1);
-      l0 += e0 + e1;
-      l1 += e2 + e3;
-      const int st = nt / 2, j = (nt % 2) * 2;
-      split(e0, e1, hi[st][j], lo[st][j]);
-      split(e2, e3, hi[st][j + 1], lo[st][j + 1]);
-    }
-    // O += P·V: V's B fragments by ldmatrix.trans, two 8-dim column tiles per load.
+    // O += P·V, 16 keys (a k-step) at a time: P's A fragments (two 8-key tiles), in two
+    // bf16 parts, P = hi + lo, so that P·V in two products keeps P to about 16 bits.
+    // (Rounding P to one bf16, as flash attention does, cost the demo model 12% of its
+    // greedy tokens identical to f32.) V's B fragments by ldmatrix.trans, two 8-dim column
+    // tiles a load.
 #pragma unroll
     for (int st = 0; st < kKeys / 16; ++st) {
+      uint32_t hi[4], lo[4];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const float(&x)[4] = s[st * 2 + half];
+        const float e0 = exp2Approx(fmaf(x[0], p.scaleLog2, -base0)), e1 = exp2Approx(fmaf(x[1], p.scaleLog2, -base0));
+        const float e2 = exp2Approx(fmaf(x[2], p.scaleLog2, -base1)), e3 = exp2Approx(fmaf(x[3], p.scaleLog2, -base1));
+        l0 += e0 + e1;
+        l1 += e2 + e3;
+        split(e0, e1, hi[half * 2], lo[half * 2]);
+        split(e2, e3, hi[half * 2 + 1], lo[half * 2 + 1]);
+      }
 #pragma unroll
       for (int dt = 0; dt < HD / 8; dt += 2) {
         const int mat = lane / 8, r = lane % 8;
@@ -232,13 +268,12 @@ __global__ __launch_bounds__(kThreads, 3) void prefillKernel(PrefillArgs p) {
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                      : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
                      : "r"(unsigned(__cvta_generic_to_shared(src))));
-        mma(o[dt], hi[st], b[0], b[1]);
-        mma(o[dt], lo[st], b[0], b[1]);
-        mma(o[dt + 1], hi[st], b[2], b[3]);
-        mma(o[dt + 1], lo[st], b[2], b[3]);
+        mma(o[dt], hi, b[0], b[1]);
+        mma(o[dt], lo, b[0], b[1]);
+        mma(o[dt + 1], hi, b[2], b[3]);
+        mma(o[dt + 1], lo, b[2], b[3]);
       }
     }
-    __syncthreads();  // the next tile overwrites sK and sV
   }
 
   // Row sums over the quad, then O / l into the output rows.
@@ -256,6 +291,19 @@ __global__ __launch_bounds__(kThreads, 3) void prefillKernel(PrefillArgs p) {
     if (live0) *reinterpret_cast<uint32_t*>(out + dt * 8) = pack(div(o[dt][0], l0), div(o[dt][1], l0));
     if (live1) *reinterpret_cast<uint32_t*>(out + 8 * outWidth + dt * 8) = pack(div(o[dt][2], l1), div(o[dt][3], l1));
   }
+}
+
+// Launches prefillKernel<HD>, its shared memory past the 48 KB a launch gets unasked
+// allowed once.
+template <int HD>
+void launchPrefill(dim3 grid, const PrefillArgs& a) {
+  static const bool allowed = [] {
+    check(cudaFuncSetAttribute(prefillKernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, sizeof(Tiles<HD>)),
+          "pagedAttention prefill kernel: shared memory");
+    return true;
+  }();
+  (void)allowed;
+  launch("pagedAttention prefill kernel", prefillKernel<HD>, grid, kThreads, sizeof(Tiles<HD>), a);
 }
 
 }  // namespace
@@ -288,8 +336,8 @@ void prefillAttention(void* out, const void* qkv, KvCache c, const int32_t* bloc
   // A row of the grid is a tile of every head (blocks sharing a KV head side by side), and
   // there are enough rows for any split of the tokens over the sequences; the extra exit.
   const dim3 grid{unsigned(l.numHeads), unsigned((numTokens + kRows - 1) / kRows + numSeqs)};
-  if (l.headDim == 64) launch("pagedAttention prefill kernel", prefillKernel<64>, grid, kThreads, 0, a);
-  else launch("pagedAttention prefill kernel", prefillKernel<128>, grid, kThreads, 0, a);
+  if (l.headDim == 64) launchPrefill<64>(grid, a);
+  else launchPrefill<128>(grid, a);
 }
 
 }  // namespace mstar::gpu

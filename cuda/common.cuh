@@ -108,6 +108,14 @@ template <> __device__ __forceinline__ float fromF<float>(float v) { return v; }
 template <> __device__ __forceinline__ bf16 fromF<bf16>(float v) { return __float2bfloat16_rn(v); }
 template <> __device__ __forceinline__ f16 fromF<f16>(float v) { return __float2half_rn(v); }
 
+// 2^x, one instruction (exp2f adds three to keep results below 2^-126, which a softmax
+// weight below that does not need); 2^-inf = 0.
+__device__ __forceinline__ float exp2Approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Reads N consecutive elements at p as f32 with the widest loads the size allows;
 // p must be aligned to min(16, N * sizeof(T)) bytes.
 template <typename T, int N>
