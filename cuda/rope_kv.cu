@@ -73,24 +73,28 @@ __global__ __launch_bounds__(kWarps * 32) void ropeKvKernel(T* qkv, const int32_
   }
   __syncwarp();
   const int64_t at = slot * kvWidth + int64_t(h - l.numHeads) * hd;
-  for (int d = lane; d < hd; d += 32) {
-    float v = row[d];
-    if (d < 2 * half) {
-      const int i = d % half;
-      const float angle = pos * invFreq[i];
-      const float c = cosf(angle), s = sinf(angle);
-      v = d < half ? v * c - row[d + half] * s : v * c + row[d - half] * s;
-    }
+  // Dim d's value v, rotated or not, to qkv, and a k head's (with its v row) to the cache.
+  auto store = [&](int d, float v) {
     const T stored = fromF<T>(v);
     x[d] = stored;
-    if (!vRow) continue;
+    if (!vRow) return;
     const T vStored = fromF<T>(vRowOf[d]);
     if (delta.t) x[kvWidth + d] = vStored;
     if (cache) {
       kCache[at + d] = fromF<C>(toF(stored));
       vCache[at + d] = fromF<C>(toF(vStored));
     }
+  };
+  // RoPE turns dims i and i + half by one angle: one (precise) sincos for both. In a
+  // 4k-token prefill, a sin and a cos for every dim were most of this kernel's time.
+  for (int i = lane; i < half; i += 32) {
+    float s, c;
+    sincosf(pos * invFreq[i], &s, &c);
+    const float a = row[i], b = row[i + half];
+    store(i, a * c - b * s);
+    store(i + half, b * c + a * s);
   }
+  for (int d = 2 * half + lane; d < hd; d += 32) store(d, row[d]);  // past the rotary dims
 }
 
 }  // namespace
