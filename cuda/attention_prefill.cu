@@ -6,7 +6,8 @@
 // A block takes 64 consecutive query tokens of one sequence and one q head; each of its 4
 // warps owns 16 of those rows. Keys come in tiles of 64 from the paged cache into shared
 // memory (cp.async, zero-filled past the keys the tile may see, so unwritten cache rows,
-// which may hold NaN, never reach a product). Per tile a warp computes S = Q·Kᵀ with
+// which may hold NaN, never reach a product), two buffers: the next tile loads while a
+// warp works on this one. Per tile a warp computes S = Q·Kᵀ with
 // mma.m16n8k16 (bf16 in, f32 out), updates the running row max and sum (online softmax),
 // and adds P·V to its f32 output, P split in two bf16 parts.
 // Causality: the query at position p sees keys 0..p; the tiles after the block's last
