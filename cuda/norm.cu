@@ -209,6 +209,14 @@ void rmsNorm(DType act, void* out, const void* x, Weights w, int64_t rows, int64
   });
 }
 
+// Threads for one run of 8 each where a row fits a block (8192 wide), else 0: the row's loads
+// then all start at once (Qwen3-8B's 4096 in 512 threads, not two runs each of 256), and a
+// delta's rounds of rank entries wait once, not once a run.
+static unsigned oneRunThreads(int64_t dim) {
+  const int64_t threads = (dim + 8 * 32 - 1) / (8 * 32) * 32;
+  return threads <= 1024 ? unsigned(threads) : 0;
+}
+
 void addRmsNorm(DType act, void* residual, const void* x, Weights w, void* out, int64_t rows, int64_t dim, float eps,
                 int64_t ldx, const LoraDelta& d) {
   if (rows == 0) return;
@@ -217,13 +225,14 @@ void addRmsNorm(DType act, void* residual, const void* x, Weights w, void* out, 
     withFloat(w.dtype, [&](auto wt) {
       using T = decltype(t);
       using W = decltype(wt);
-      auto args = [&](auto kernel) {
-        launch("addRmsNorm kernel", kernel, unsigned(rows), kThreads, 0, static_cast<T*>(residual),
+      auto args = [&](auto kernel, unsigned threads = kThreads) {
+        launch("addRmsNorm kernel", kernel, unsigned(rows), threads, 0, static_cast<T*>(residual),
             static_cast<const T*>(x), ldx, static_cast<const W*>(w.data), static_cast<T*>(out), dim, eps, d,
             deltaRunsOf(d, 8, sizeof(T)));
       };
       const bool vec = runsOf8(x, ldx, sizeof(T)) && runsOf8(residual, dim, sizeof(T)) &&
                        runsOf8(out, dim, sizeof(T)) && runsOf8(w.data, dim, sizeof(W));
+      if (vec && oneRunThreads(dim)) return args(addRmsNormRunsKernel<T, W, 1>, oneRunThreads(dim));
       if (vec && withRowRuns(dim, [&](auto runs) { args(addRmsNormRunsKernel<T, W, decltype(runs)::value>); })) return;
       args(addRmsNormKernel<T, W>);
     });
