@@ -110,12 +110,9 @@ __device__ __forceinline__ int64_t streamShare(const Args& p, int64_t count) {
   return max(int64_t(kMinStreamSplitKeys), (count + p.numSplits - 1) / p.numSplits);
 }
 
-// The cache row of `key`, or -1 where its table entry is outside the cache. Keys and rows
-// fit 32 bits (the host checks).
+// The cache row of `key`, or -1 where its table entry is outside the cache.
 __device__ __forceinline__ int32_t slotOf(const Args& p, const int32_t* table, int key) {
-  const int blk = p.blockShift >= 0 ? key >> p.blockShift : key / p.blockSize;
-  const int32_t b = table[blk];
-  return b >= 0 && b < p.numBlocks ? b * p.blockSize + (key - blk * p.blockSize) : -1;
+  return cacheRow(table, key, p.blockSize, p.blockShift, p.numBlocks);
 }
 
 // The end of both kernels: each warp left its running max, sum of weights and weighted

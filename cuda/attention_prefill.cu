@@ -88,11 +88,7 @@ __device__ __forceinline__ bool tileOf(const PrefillArgs& p, int& seq, int64_t& 
 // the tile may see, or a table entry outside the cache). One thread a key, a tile ahead of
 // the loads that read it (16 loader threads share a key: each found it on its own before).
 __device__ __forceinline__ int32_t cacheRowOf(const PrefillArgs& p, const int32_t* table, int key, int keyEnd) {
-  if (key >= keyEnd) return -1;
-  const int blk = p.blockShift >= 0 ? key >> p.blockShift : key / p.blockSize;
-  const int off = p.blockShift >= 0 ? key & (p.blockSize - 1) : key - blk * p.blockSize;
-  const int32_t b = table[blk];
-  return b >= 0 && b < p.numBlocks ? b * p.blockSize + off : -1;
+  return key < keyEnd ? cacheRow(table, key, p.blockSize, p.blockShift, p.numBlocks) : -1;
 }
 
 template <int HD>

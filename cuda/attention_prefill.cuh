@@ -18,6 +18,15 @@ void prefillAttention(void* out, const void* qkv, KvCache c, const int32_t* bloc
 // table entry by shift where they can (a division per key was most of their integer work).
 int blockShift(int64_t blockSize);
 
+// The cache row of `key` by its sequence's block table, or -1 where the table entry is
+// outside the cache's numBlocks blocks. shift is blockShift(blockSize). Keys and rows fit
+// 32 bits (the host checks).
+__device__ __forceinline__ int32_t cacheRow(const int32_t* table, int key, int blockSize, int shift, int64_t numBlocks) {
+  const int blk = shift >= 0 ? key >> shift : key / blockSize;
+  const int32_t b = table[blk];
+  return b >= 0 && b < numBlocks ? b * blockSize + (key - blk * blockSize) : -1;
+}
+
 // Both kernels keep scores in log2 units (scaled by log2 e): a weight is then an exp2.
 constexpr float kLog2e = 1.4426950408889634f;
 

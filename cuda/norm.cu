@@ -232,8 +232,8 @@ void addRmsNorm(DType act, void* residual, const void* x, Weights w, void* out, 
       };
       const bool vec = runsOf8(x, ldx, sizeof(T)) && runsOf8(residual, dim, sizeof(T)) &&
                        runsOf8(out, dim, sizeof(T)) && runsOf8(w.data, dim, sizeof(W));
-      if (vec && oneRunThreads(dim)) return args(addRmsNormRunsKernel<T, W, 1>, oneRunThreads(dim));
-      if (vec && withRowRuns(dim, [&](auto runs) { args(addRmsNormRunsKernel<T, W, decltype(runs)::value>); })) return;
+      // (Every row withRowRuns holds, one run a thread holds too.)
+      if (const unsigned threads = vec ? oneRunThreads(dim) : 0) return args(addRmsNormRunsKernel<T, W, 1>, threads);
       args(addRmsNormKernel<T, W>);
     });
   });
