@@ -23,45 +23,59 @@ __global__ void siluMulKernel(T* out, const T* gateUp, int64_t ldg, int64_t n, i
 
 // siluMul of an adapted gate_up projection's output: gate and up each with its delta
 // (LoraDelta), rounded as the projection with its adapter is stored. A thread takes 8
-// consecutive columns of one row, of gate (the first 16 lanes of a warp) or of up (the
-// other 16, the same columns), so that its delta is one run of loads (loraDeltasRun); the
-// two halves then swap values. Blocks of 64 threads, 256 columns: a one-row step's 1.5 MB of
-// bT (Qwen3-8B) spreads over 48 SMs. (A thread for gate and up of 4 rows, one after the
-// other, took 13 us at 8 rows of Qwen3-0.6B against 1.0 plain.)
+// consecutive columns of G rows, of gate (the first 16 lanes of a warp) or of up (the
+// other 16, the same columns), so that its delta is one run of loads (loraDeltasRun), shared
+// by rows of one slot; the two halves then swap values. Blocks of 64 threads, 256 columns: a
+// one-row step's 1.5 MB of bT (Qwen3-8B) spreads over 48 SMs. (A thread for gate and up of 4
+// rows, one after the other, took 13 us at 8 rows of Qwen3-0.6B against 1.0 plain.)
 constexpr int kDeltaCols = 8, kDeltaThreads = 64, kDeltaBlockCols = kDeltaThreads / 2 * kDeltaCols;
-template <typename T>
-__global__ void siluMulDeltaKernel(T* out, const T* gateUp, int64_t ldg, int64_t inter, LoraDelta delta,
+template <typename T, int G>
+__global__ void siluMulDeltaKernel(T* out, const T* gateUp, int64_t ldg, int64_t n, int64_t inter, LoraDelta delta,
                                    bool deltaVec, bool vecRows) {
   const int lane = threadIdx.x % 32, up = lane / 16;
   const int64_t at = blockIdx.x * int64_t(kDeltaBlockCols) + (threadIdx.x / 32) * 16 * kDeltaCols + (lane % 16) * kDeltaCols;
-  // Columns past the row work on column 0 and store nothing: every lane reaches the swap.
+  // Columns past the row work on column 0, and rows past n on row n - 1, storing nothing:
+  // every lane reaches the swap.
   const bool live = at < inter;
-  const int64_t i0 = live ? at : 0, r = blockIdx.y, o0 = up * inter + i0;  // gate's or up's columns i0 ..
-  const int32_t slot = delta.slotOfRow[r];
-  if (live) prefetchDeltas<T>(delta, slot, o0);
-  awaitPrior();
-  const T* row = gateUp + r * ldg;
-  float v[kDeltaCols];
-  if (vecRows) {
-    loadVec<T, kDeltaCols>(v, row + o0);
-  } else {
+  const int64_t i0 = live ? at : 0, o0 = up * inter + i0;  // gate's or up's columns i0 ..
+  int64_t r[G];
+  int32_t slot[G];
 #pragma unroll
-    for (int e = 0; e < kDeltaCols; ++e) v[e] = toF(row[up * inter + min(i0 + e, inter - 1)]);
+  for (int g = 0; g < G; ++g) {
+    r[g] = min(blockIdx.y * int64_t(G) + g, n - 1);
+    slot[g] = delta.slotOfRow[r[g]];
+    if (live && (g == 0 || slot[g] != slot[g - 1])) prefetchDeltas<T>(delta, slot[g], o0);
   }
-  addDeltasRun<T, kDeltaCols>(delta, deltaVec, r, slot, o0, v);
-  float other[kDeltaCols];
+  awaitPrior();
+  float v[G][kDeltaCols];
 #pragma unroll
-  for (int e = 0; e < kDeltaCols; ++e) other[e] = __shfl_xor_sync(0xffffffffu, v[e], 16, 32);
-  if (up || !live) return;
-  T y[kDeltaCols];
+  for (int g = 0; g < G; ++g) {
+    const T* row = gateUp + r[g] * ldg;
+    if (vecRows) {
+      loadVec<T, kDeltaCols>(v[g], row + o0);
+    } else {
 #pragma unroll
-  for (int e = 0; e < kDeltaCols; ++e) y[e] = silu<T>(v[e], other[e]);
-  if (vecRows) {
-    storeVec(out + r * inter + i0, y);
-  } else {
+      for (int e = 0; e < kDeltaCols; ++e) v[g][e] = toF(row[up * inter + min(i0 + e, inter - 1)]);
+    }
+  }
+  addDeltasRows<T, kDeltaCols, G>(delta, deltaVec, r, slot, o0, v);
 #pragma unroll
-    for (int e = 0; e < kDeltaCols; ++e)
-      if (i0 + e < inter) out[r * inter + i0 + e] = y[e];
+  for (int g = 0; g < G; ++g) {
+    float other[kDeltaCols];
+#pragma unroll
+    for (int e = 0; e < kDeltaCols; ++e) other[e] = __shfl_xor_sync(0xffffffffu, v[g][e], 16, 32);
+    if (up || !live || blockIdx.y * int64_t(G) + g >= n) continue;
+    T y[kDeltaCols];
+#pragma unroll
+    for (int e = 0; e < kDeltaCols; ++e) y[e] = silu<T>(v[g][e], other[e]);
+    T* o = out + r[g] * inter + i0;
+    if (vecRows) {
+      storeVec(o, y);
+    } else {
+#pragma unroll
+      for (int e = 0; e < kDeltaCols; ++e)
+        if (i0 + e < inter) o[e] = y[e];
+    }
   }
 }
 
@@ -83,11 +97,19 @@ void siluMul(DType act, void* out, const void* gateUp, int64_t n, int64_t inter,
   withAct(act, [&](auto t) {
     using T = decltype(t);
     if (d.t) {
-      const dim3 grid{blocksFor(inter, kDeltaBlockCols), unsigned(n)};
-      const bool vecRows = runsOf8(gateUp, ldg, sizeof(T)) && runsOf8(out, inter, sizeof(T));
-      launch("siluMul kernel", siluMulDeltaKernel<T>, grid, kDeltaThreads, 0, static_cast<T*>(out),
-          static_cast<const T*>(gateUp), ldg, inter, d, inter % 8 == 0 && deltaRunsOf(d, 8, sizeof(T)), vecRows);
-      return;
+      auto run = [&](auto kernel, int64_t rowsPerBlock) {
+        const dim3 grid{blocksFor(inter, kDeltaBlockCols), unsigned((n + rowsPerBlock - 1) / rowsPerBlock)};
+        launch("siluMul kernel", kernel, grid, kDeltaThreads, 0, static_cast<T*>(out), static_cast<const T*>(gateUp),
+            ldg, n, inter, d, inter % 8 == 0 && deltaRunsOf(d, 8, sizeof(T)),
+            runsOf8(gateUp, ldg, sizeof(T)) && runsOf8(out, inter, sizeof(T)));
+      };
+      // Two rows a block where a row a block would re-read more than 8 MiB of bT from L2
+      // (H200, bench/lora_ops.mjs: Qwen3-8B at 32 rows, 48 MiB, 9.6 -> 6.1 us; at 8 rows 4.2 ->
+      // 4.1). Below, halving the blocks costs more than the re-reads (Qwen3-0.6B at 8 rows 2.9
+      // -> 3.5 us); four rows a block were slower at every size measured (5.4-6.8 us).
+      const int64_t rereads = n * 2 * inter * d.rank * int64_t(sizeof(T));
+      if (n >= 2 && rereads >= (int64_t(8) << 20)) return run(siluMulDeltaKernel<T, 2>, 2);
+      return run(siluMulDeltaKernel<T, 1>, 1);
     }
     launch("siluMul kernel", siluMulKernel<T>, gridFor(n * inter), 256, 0, static_cast<T*>(out),
         static_cast<const T*>(gateUp), ldg, n, inter);

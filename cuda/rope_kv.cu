@@ -9,81 +9,75 @@
 namespace mstar::gpu {
 namespace {
 
-constexpr int kWarps = 8;
+constexpr int kMaxWarps = 8;
 
-// One warp per (token, q or k head). The head row goes through shared memory because
-// RoPE pairs dim i with i + half, which another lane may hold. A k-head warp also writes
-// its k row and the matching v row to the cache (and, with a delta, the v row back to qkv).
+// One warp per (token, head) over the q heads, the k heads, then the v heads of fused qkv
+// rows, in place: q and k take their delta, norm and RoPE, k and v go to their paged-cache
+// slot (v, with a delta, back to qkv too). A head's row goes through shared memory because
+// RoPE pairs dim i with i + half, which another lane may hold. (A v row taken by its k head's
+// warp made that warp's delta two round trips, one after the other.)
 template <typename T, typename C, typename W>
-__global__ __launch_bounds__(kWarps * 32) void ropeKvKernel(T* qkv, const int32_t* positions, const float* invFreq,
-                                                            int half, const W* qNorm, const W* kNorm, float eps,
-                                                            C* kCache, C* vCache, const int32_t* slots,
-                                                            int64_t numSlots, int64_t n, HeadLayout l, int64_t rowWidth,
-                                                            LoraDelta delta, bool deltaVec) {
-  extern __shared__ float rows[];  // [kWarps][2][headDim]: the head's row, and a k head's v row
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int heads = l.numHeads + l.numKvHeads, hd = l.headDim;
-  const int64_t j = min(blockIdx.x * int64_t(kWarps) + warp, n * heads - 1);
+__global__ __launch_bounds__(kMaxWarps * 32) void ropeKvKernel(T* qkv, const int32_t* positions, const float* invFreq,
+                                                               int half, const W* qNorm, const W* kNorm, float eps,
+                                                               C* kCache, C* vCache, const int32_t* slots,
+                                                               int64_t numSlots, int64_t n, HeadLayout l,
+                                                               int64_t rowWidth, LoraDelta delta, bool deltaVec) {
+  extern __shared__ float rows[];  // [warps][headDim]: each warp's head row
+  const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int heads = l.numHeads + 2 * l.numKvHeads, hd = l.headDim;
+  const int64_t j = min(blockIdx.x * int64_t(warps) + warp, n * heads - 1);
   const int64_t t = j / heads;
   const int h = int(j % heads);
-  const bool isK = h >= l.numHeads;
-  const int64_t col = int64_t(h) * hd, kvWidth = int64_t(l.numKvHeads) * hd;
+  const bool isQ = h < l.numHeads, isV = h >= l.numHeads + l.numKvHeads;
+  const int64_t col = int64_t(h) * hd;
   const int32_t loraSlot = delta.t ? delta.slotOfRow[t] : 0;
-  for (int d = lane; d < hd; d += 32) {
-    prefetchDeltas<T>(delta, loraSlot, col + d);
-    if (isK) prefetchDeltas<T>(delta, loraSlot, col + kvWidth + d);
-  }
+  for (int d = lane; d < hd; d += 32) prefetchDeltas<T>(delta, loraSlot, col + d);
   awaitPrior();
-  if (blockIdx.x * int64_t(kWarps) + warp >= n * heads) return;  // whole warps leave together; no block-wide sync below
-  T* x = qkv + t * rowWidth + int64_t(h) * hd;
-  float* row = rows + warp * 2 * hd;
-  float* vRowOf = row + hd;
+  if (blockIdx.x * int64_t(warps) + warp >= n * heads) return;  // whole warps leave together; no block-wide sync below
+  T* x = qkv + t * rowWidth + col;
+  float* row = rows + warp * hd;
 
   const float pos = float(positions[t]);  // loaded early: nothing below waits on it first
-  const W* norm = isK ? kNorm : qNorm;
-  const int64_t slot = isK ? slots[t] : -1;
+  const W* norm = isQ ? qNorm : kNorm;
+  const int64_t slot = isQ ? -1 : slots[t];
   const bool cache = slot >= 0 && slot < numSlots;
-  const bool vRow = isK && (cache || delta.t);  // this k head's v row: to the cache, and its delta back to qkv
-  // The head's row (and the v row) with the delta into shared memory, kDims consecutive dims
-  // a lane a round (a delta's loads of bT then cover the lane's dims at once).
+  C* cacheRow = (isV ? vCache : kCache) + slot * l.numKvHeads * hd +
+                int64_t(h - l.numHeads - (isV ? l.numKvHeads : 0)) * hd;
+  // The head's row with its delta into shared memory, kDims consecutive dims a lane a round (a
+  // delta's loads of bT then cover the lane's dims at once).
   constexpr int kDims = 4;
-  auto withDeltas = [&](int d0, int64_t base, float* dst) {
+  float ss = 0;
+  for (int d0 = lane * kDims; d0 < hd; d0 += 32 * kDims) {
     float v[kDims];
 #pragma unroll
-    for (int e = 0; e < kDims; ++e) v[e] = toF(x[base + min(d0 + e, hd - 1)]);
-    addDeltasRun<T, kDims>(delta, deltaVec, t, loraSlot, col + base + d0, v);
-    float sq = 0;
+    for (int e = 0; e < kDims; ++e) v[e] = toF(x[min(d0 + e, hd - 1)]);
+    addDeltasRun<T, kDims>(delta, deltaVec, t, loraSlot, col + d0, v);
 #pragma unroll
     for (int e = 0; e < kDims; ++e)
       if (d0 + e < hd) {
-        dst[d0 + e] = v[e];
-        sq += v[e] * v[e];
+        row[d0 + e] = v[e];
+        ss += v[e] * v[e];
       }
-    return sq;
-  };
-  float ss = 0;
-  for (int d0 = lane * kDims; d0 < hd; d0 += 32 * kDims) {
-    ss += withDeltas(d0, 0, row);
-    if (vRow) withDeltas(d0, kvWidth, vRowOf);
   }
   __syncwarp();
+  if (isV) {  // no norm, no RoPE
+    for (int d = lane; d < hd; d += 32) {
+      const T stored = fromF<T>(row[d]);
+      if (delta.t) x[d] = stored;
+      if (cache) cacheRow[d] = fromF<C>(toF(stored));
+    }
+    return;
+  }
   if (norm) {
     const float r = 1.0f / sqrtf(warpSum(ss) / float(hd) + eps);
     for (int d = lane; d < hd; d += 32) row[d] = toF(fromF<T>(toF(norm[d]) * (row[d] * r)));
   }
   __syncwarp();
-  const int64_t at = slot * kvWidth + int64_t(h - l.numHeads) * hd;
-  // Dim d's value v, rotated or not, to qkv, and a k head's (with its v row) to the cache.
+  // Dim d's value v, rotated or not, to qkv, and a k head's to the cache.
   auto store = [&](int d, float v) {
     const T stored = fromF<T>(v);
     x[d] = stored;
-    if (!vRow) return;
-    const T vStored = fromF<T>(vRowOf[d]);
-    if (delta.t) x[kvWidth + d] = vStored;
-    if (cache) {
-      kCache[at + d] = fromF<C>(toF(stored));
-      vCache[at + d] = fromF<C>(toF(vStored));
-    }
+    if (cache) cacheRow[d] = fromF<C>(toF(stored));
   };
   // RoPE turns dims i and i + half by one angle: one (precise) sincos for both. In a
   // 4k-token prefill, a sin and a cos for every dim were most of this kernel's time.
@@ -102,16 +96,19 @@ __global__ __launch_bounds__(kWarps * 32) void ropeKvKernel(T* qkv, const int32_
 void ropeKvWrite(DType act, void* qkv, const int32_t* positions, const float* invFreq, int half, const Weights* qNorm,
                  const Weights* kNorm, float eps, KvCache c, const int32_t* slots, int64_t n, HeadLayout l,
                  const LoraDelta& d) {
-  const int64_t warps = n * (l.numHeads + l.numKvHeads);
+  const int64_t warps = n * (l.numHeads + 2 * l.numKvHeads);
   if (warps == 0) return;
-  const size_t shared = size_t(kWarps) * 2 * l.headDim * sizeof(float);
+  // Few rows (decode): blocks of 2 warps, so that a delta's bT spreads over more SMs (a block of
+  // 8 at one row read a sixth of Qwen3-8B's 196 KB through one SM's share of L2).
+  const int perBlock = warps >= int64_t(kMaxWarps) * smCount() ? kMaxWarps : 2;
+  const size_t shared = size_t(perBlock) * l.headDim * sizeof(float);
   withAct(act, [&](auto tt) {
     withAct(c.dtype, [&](auto ct) {
       withFloat(qNorm ? qNorm->dtype : DType::F32, [&](auto wt) {
         using T = decltype(tt);
         using C = decltype(ct);
         using W = decltype(wt);
-        launch("ropeKvWrite kernel", ropeKvKernel<T, C, W>, blocksFor(warps, kWarps), kWarps * 32, shared,
+        launch("ropeKvWrite kernel", ropeKvKernel<T, C, W>, blocksFor(warps, perBlock), perBlock * 32, shared,
             static_cast<T*>(qkv), positions, invFreq, half, qNorm ? static_cast<const W*>(qNorm->data) : nullptr,
             kNorm ? static_cast<const W*>(kNorm->data) : nullptr, eps, static_cast<C*>(c.k), static_cast<C*>(c.v),
             slots, c.numBlocks * c.blockSize, n, l, l.stride(), d, l.headDim % 4 == 0 && deltaRunsOf(d, 4, sizeof(T)));

@@ -8,11 +8,14 @@ import { ACTS, addon, describeGpu, expectClose, floats, i32, onCpu, onCuda, Rng,
 
 const SLOTS = 4;
 
-/** A LoraDelta's operands for outputs split at `starts`, rank R (slot 3 of rank R - 3), on both devices. */
-function deltaPair(act: 'f32' | 'bf16', rng: Rng, n: number, starts: number[], R: number) {
+/**
+ * A LoraDelta's operands for outputs split at `starts`, rank R (slot 3 of rank R - 3), on both
+ * devices; `pairs`: rows 2i and 2i + 1 share a slot (the ops that share bT's loads among rows).
+ */
+function deltaPair(act: 'f32' | 'bf16', rng: Rng, n: number, starts: number[], R: number, pairs = false) {
   const slices = starts.length - 1, out = starts[slices], bCols = SLOTS * slices * R;
   const bT = rounded(act, rng.floats(bCols * out, -0.2, 0.2));
-  const slots = Array.from({ length: n }, (_, r) => [1, 0, 3, 2, 7][(r * 3 + 1) % 5]);  // 7: past the table
+  const slots = Array.from({ length: n }, (_, r) => [1, 0, 3, 2, 7][((pairs ? r >> 1 : r) * 3 + 1) % 5]);  // 7: past the table
   const ranks = Array.from({ length: SLOTS * slices }, (_, i) => (Math.floor(i / slices) === 3 ? R - 3 : R));
   // Shrink columns past a slot's rank are zero padding, as the GEMM by zero rows of A leaves them.
   const t = rounded(act, rng.floats(n * bCols).map((v, i) => ((i % bCols) % R < ranks[Math.floor((i % bCols) / R)] ? v : 0)));
@@ -25,9 +28,12 @@ function deltaPair(act: 'f32' | 'bf16', rng: Rng, n: number, starts: number[], R
 
 describeGpu('cuda LoRA deltas', () => {
   describe.each(ACTS)('%s activations', (act) => {
-    it.each([[1, 3072, 16], [5, 100, 8], [33, 1024, 16]])('siluMul: %i rows, inter %i, rank %i', (n, inter, R) => {
+    // 33 x 8192 at rank 16 (and f32's 9 x 8192): rows two a block (over 8 MiB of bT re-read),
+    // pairs of one slot and not.
+    const siluCases = [[1, 3072, 16, false], [5, 100, 8, false], [33, 1024, 16, false], [33, 8192, 16, true], [9, 8192, 16, false]] as const;
+    it.each(siluCases)('siluMul: %i rows, inter %i, rank %i, pairs of one slot %s', (n, inter, R, pairs) => {
       const rng = new Rng(n + inter + R);
-      const d = deltaPair(act, rng, n, [0, inter, 2 * inter], R);
+      const d = deltaPair(act, rng, n, [0, inter, 2 * inter], R, pairs);
       const y = withShrink(n, 2 * inter, rounded(act, rng.floats(n * 2 * inter, -3, 3)), d.t, d.bCols);
       const cpu = addon.empty('f32', [n, inter]), cuda = addon.empty(act, [n, inter], 'cuda');
       addon.siluMul(cpu, onCpu([n, 2 * inter + d.bCols], y), ...d.cpu);
