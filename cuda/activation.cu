@@ -40,11 +40,13 @@ __global__ void siluMulDeltaKernel(T* out, const T* gateUp, int64_t ldg, int64_t
   const int64_t i0 = live ? at : 0, o0 = up * inter + i0;  // gate's or up's columns i0 ..
   int64_t r[G];
   int32_t slot[G];
+  DeltaPlan plan[G];
 #pragma unroll
   for (int g = 0; g < G; ++g) {
     r[g] = min(blockIdx.y * int64_t(G) + g, n - 1);
     slot[g] = delta.slotOfRow[r[g]];
-    if (live && (g == 0 || slot[g] != slot[g - 1])) prefetchDeltas<T>(delta, slot[g], o0);
+    plan[g] = deltaPlan(delta, deltaVec, slot[g], o0, o0 + kDeltaCols);
+    if (live && (g == 0 || slot[g] != slot[g - 1])) prefetchDeltas<T>(delta, plan[g], o0);
   }
   awaitPrior();
   float v[G][kDeltaCols];
@@ -58,7 +60,7 @@ __global__ void siluMulDeltaKernel(T* out, const T* gateUp, int64_t ldg, int64_t
       for (int e = 0; e < kDeltaCols; ++e) v[g][e] = toF(row[up * inter + min(i0 + e, inter - 1)]);
     }
   }
-  addDeltasRows<T, kDeltaCols, G>(delta, deltaVec, r, slot, o0, v);
+  addDeltasRows<T, kDeltaCols, G>(delta, plan, r, slot, o0, v);
 #pragma unroll
   for (int g = 0; g < G; ++g) {
     float other[kDeltaCols];

@@ -28,6 +28,26 @@ __device__ __forceinline__ int64_t deltaSpan(const LoraDelta& d, int64_t r, int3
   return d.ranks ? min(d.rank, int64_t(d.ranks[int64_t(slot) * d.numSlices + s])) : d.rank;
 }
 
+// Where a run of outputs [o0, o1) takes its delta from for `slot`, found before awaitPrior:
+// sliceStarts and ranks are the pool's (no op of a step writes them), so the dependent reads of
+// them (the slice search, then the slot's rank) happen while the kernel before still runs, not
+// as round trips of their own between the wait and the loads of t and bT.
+struct DeltaPlan {
+  int64_t c = 0;      // the slot's slice's first column of t and first row of bT
+  bool on = false;    // the slot has a delta there (a rank above 0)
+  bool runs = false;  // vec and one slice: a load of bT a rank entry for V outputs (loraDeltasRun)
+};
+__device__ __forceinline__ DeltaPlan deltaPlan(const LoraDelta& d, bool vec, int32_t slot, int64_t o0, int64_t o1) {
+  DeltaPlan p;
+  if (!d.t) return p;
+  const int64_t s = sliceOf(d.sliceStarts, d.numSlices, o0);
+  p.runs = vec && s == sliceOf(d.sliceStarts, d.numSlices, o1 - 1);
+  if (slot <= 0 || slot >= d.numSlots || s >= d.numSlices) return p;
+  p.c = (int64_t(slot) * d.numSlices + s) * d.rank;
+  p.on = !d.ranks || d.ranks[int64_t(slot) * d.numSlices + s] > 0;
+  return p;
+}
+
 // Row r's delta at outputs o[0 .. N) into acc (f32, k in order as the CPU sums it; 0 for
 // slot 0, a slot out of range or a column outside every slice), for the row's slot (read
 // once by the caller). Each k's loads of the N outputs go out together.
@@ -71,18 +91,17 @@ __device__ __forceinline__ void deltaChunk(const T* const (&t)[G], const T* b, i
       for (int e = 0; e < V; ++e) acc[g][e] += tv[g][j] * bv[j][e];
 }
 
-// The deltas of G rows r[g] of one slot at the V outputs o0 .. o0 + V - 1 (o0 a multiple of V):
-// where they share a slice and vec (deltaRunsOf), one load of bT a rank entry for all V outputs
-// and all G rows, every entry's loads (t's 8 at a time) in flight together, 16 entries a round.
-// All of the pool's rank: a slot of lower rank has zeros past
-// its own in t and in bT alike. (A thread's outputs a warp apart, one load per output and entry,
-// made ropeKvWrite 26 us against 3.5 plain; a round of 4 entries, 7.4; rounds of 8 entries under
-// a branch per entry, 10.2.)
+// The deltas of G rows r[g] of one slot at the V outputs o0 .. o0 + V - 1 (o0 a multiple of V),
+// planned (deltaPlan) for the run: where they share a slice and vec, one load of bT a rank entry
+// for all V outputs and all G rows, every entry's loads (t's 8 at a time) in flight together, 16
+// entries a round. All of the pool's rank: a slot of lower rank has zeros past its own in t and
+// in bT alike. (A thread's outputs a warp apart, one load per output and entry, made ropeKvWrite
+// 26 us against 3.5 plain; a round of 4 entries, 7.4; rounds of 8 entries under a branch per
+// entry, 10.2.)
 template <typename T, int V, int G>
-__device__ __forceinline__ void loraDeltasRun(const LoraDelta& d, bool vec, const int64_t (&r)[G], int32_t slot,
-                                              int64_t o0, float (&acc)[G][V]) {
-  const int64_t s = sliceOf(d.sliceStarts, d.numSlices, o0);
-  if (!vec || s != sliceOf(d.sliceStarts, d.numSlices, o0 + V - 1)) {
+__device__ __forceinline__ void loraDeltasRun(const LoraDelta& d, const DeltaPlan& plan, const int64_t (&r)[G],
+                                              int32_t slot, int64_t o0, float (&acc)[G][V]) {
+  if (!plan.runs) {
     int64_t o[V];
 #pragma unroll
     for (int e = 0; e < V; ++e) o[e] = o0 + e;
@@ -94,23 +113,22 @@ __device__ __forceinline__ void loraDeltasRun(const LoraDelta& d, bool vec, cons
   for (int g = 0; g < G; ++g)
 #pragma unroll
     for (int e = 0; e < V; ++e) acc[g][e] = 0;
+  if (!plan.on) return;
   const T* t[G];
-  int64_t c = 0;
 #pragma unroll
-  for (int g = 0; g < G; ++g)
-    if (!deltaSpan<T>(d, r[g], slot, s, t[g], c)) return;
-  const T* b = static_cast<const T*>(d.bT) + c * d.ldb + o0;
+  for (int g = 0; g < G; ++g) t[g] = static_cast<const T*>(d.t) + r[g] * d.ldt + plan.c;
+  const T* b = static_cast<const T*>(d.bT) + plan.c * d.ldb + o0;
   int64_t k0 = 0;
   for (; k0 + 16 <= d.rank; k0 += 16) deltaChunk<T, V, 16, G>(t, b, d.ldb, k0, acc);
   if (k0 < d.rank) deltaChunk<T, V, 8, G>(t, b, d.ldb, k0, acc);  // the rank is a multiple of 8 (deltaRunsOf)
 }
 
-// y[g][0 .. V) + row r[g]'s deltas at o0 .. o0 + V - 1, rounded as the projection with its
-// adapter is stored, into y (no delta: y unchanged). Rows of one slot share bT's loads (siluMul
-// at 32 rows of Qwen3-8B, each row re-reading gate_up's 1.5 MB of bT from L2, took 9.7 us
-// against 2.4 plain); rows of several slots take theirs a row at a time.
+// y[g][0 .. V) + row r[g]'s deltas at o0 .. o0 + V - 1 (planned for the row's slot), rounded as
+// the projection with its adapter is stored, into y (no delta: y unchanged). Rows of one slot
+// share bT's loads (siluMul at 32 rows of Qwen3-8B, each row re-reading gate_up's 1.5 MB of bT
+// from L2, took 9.7 us against 2.4 plain); rows of several slots take theirs a row at a time.
 template <typename T, int V, int G>
-__device__ __forceinline__ void addDeltasRows(const LoraDelta& d, bool vec, const int64_t (&r)[G],
+__device__ __forceinline__ void addDeltasRows(const LoraDelta& d, const DeltaPlan (&plan)[G], const int64_t (&r)[G],
                                               const int32_t (&slot)[G], int64_t o0, float (&y)[G][V]) {
   if (!d.t) return;
   float acc[G][V];
@@ -118,12 +136,12 @@ __device__ __forceinline__ void addDeltasRows(const LoraDelta& d, bool vec, cons
 #pragma unroll
   for (int g = 1; g < G; ++g) shared = shared && slot[g] == slot[0];
   if (shared) {
-    loraDeltasRun<T, V, G>(d, vec, r, slot[0], o0, acc);
+    loraDeltasRun<T, V, G>(d, plan[0], r, slot[0], o0, acc);
   } else {
 #pragma unroll
     for (int g = 0; g < G; ++g) {
       const int64_t one[1] = {r[g]};
-      loraDeltasRun<T, V, 1>(d, vec, one, slot[g], o0, *reinterpret_cast<float(*)[1][V]>(acc[g]));
+      loraDeltasRun<T, V, 1>(d, plan[g], one, slot[g], o0, *reinterpret_cast<float(*)[1][V]>(acc[g]));
     }
   }
 #pragma unroll
@@ -134,22 +152,23 @@ __device__ __forceinline__ void addDeltasRows(const LoraDelta& d, bool vec, cons
 
 // addDeltasRows for one row r.
 template <typename T, int V>
-__device__ __forceinline__ void addDeltasRun(const LoraDelta& d, bool vec, int64_t r, int32_t slot, int64_t o0,
-                                             float (&y)[V]) {
+__device__ __forceinline__ void addDeltasRun(const LoraDelta& d, const DeltaPlan& plan, int64_t r, int32_t slot,
+                                             int64_t o0, float (&y)[V]) {
+  const DeltaPlan plans[1] = {plan};
   const int64_t rows[1] = {r};
   const int32_t slots[1] = {slot};
-  addDeltasRows<T, V, 1>(d, vec, rows, slots, o0, *reinterpret_cast<float(*)[1][V]>(y));
+  addDeltasRows<T, V, 1>(d, plans, rows, slots, o0, *reinterpret_cast<float(*)[1][V]>(y));
 }
 
 // Before awaitPrior (bT is a weight, slotOfRow a step's input: no op of the step writes them):
-// the lines of bT holding output o's column for `slot`, every slice's rows, towards L2, by the
+// the lines of bT holding output o's column in the planned slice's rows, towards L2, by the
 // thread whose o starts a line (so that the deltas' loads after the wait find them there; the
 // other weights evict bT between steps).
 template <typename T>
-__device__ __forceinline__ void prefetchDeltas(const LoraDelta& d, int32_t slot, int64_t o) {
-  if (!d.t || slot <= 0 || slot >= d.numSlots || o % (128 / int64_t(sizeof(T))) != 0) return;
-  const T* b = static_cast<const T*>(d.bT) + int64_t(slot) * d.numSlices * d.rank * d.ldb + o;
-  for (int64_t k = 0; k < d.numSlices * d.rank; ++k) prefetchL2(b + k * d.ldb);
+__device__ __forceinline__ void prefetchDeltas(const LoraDelta& d, const DeltaPlan& plan, int64_t o) {
+  if (!plan.on || o % (128 / int64_t(sizeof(T))) != 0) return;
+  const T* b = static_cast<const T*>(d.bT) + plan.c * d.ldb + o;
+  for (int64_t k = 0; k < d.rank; ++k) prefetchL2(b + k * d.ldb);
 }
 
 // y[e] + the delta at o[e], rounded as the projection with its adapter is stored, into y (no

@@ -134,9 +134,13 @@ __global__ void addRmsNormRunsKernel(T* residual, const T* x, int64_t ldx, const
   runs.loadWeight(w);
   const int64_t row = blockIdx.x;
   const int32_t slot = delta.t ? delta.slotOfRow[row] : 0;
+  DeltaPlan plan[RUNS];
 #pragma unroll
-  for (int j = 0; j < RUNS; ++j)
-    if (runs.at(j) < dim) prefetchDeltas<T>(delta, slot, runs.at(j));
+  for (int j = 0; j < RUNS; ++j) {
+    if (runs.at(j) >= dim) continue;
+    plan[j] = deltaPlan(delta, deltaVec, slot, runs.at(j), runs.at(j) + 8);
+    prefetchDeltas<T>(delta, plan[j], runs.at(j));
+  }
   awaitPrior();
   T* res = residual + row * dim;
   const T* xr = x + row * ldx;
@@ -148,7 +152,7 @@ __global__ void addRmsNormRunsKernel(T* residual, const T* x, int64_t ldx, const
     float rv[8], xv[8];
     loadVec<T, 8>(rv, res + i);
     loadVec<T, 8>(xv, xr + i);
-    addDeltasRun<T, 8>(delta, deltaVec, row, slot, i, xv);
+    addDeltasRun<T, 8>(delta, plan[j], row, slot, i, xv);
     T sum[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) {

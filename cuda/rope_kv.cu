@@ -31,7 +31,8 @@ __global__ __launch_bounds__(kMaxWarps * 32) void ropeKvKernel(T* qkv, const int
   const bool isQ = h < l.numHeads, isV = h >= l.numHeads + l.numKvHeads;
   const int64_t col = int64_t(h) * hd;
   const int32_t loraSlot = delta.t ? delta.slotOfRow[t] : 0;
-  for (int d = lane; d < hd; d += 32) prefetchDeltas<T>(delta, loraSlot, col + d);
+  const DeltaPlan plan = deltaPlan(delta, deltaVec, loraSlot, col, col + hd);
+  for (int d = lane; d < hd; d += 32) prefetchDeltas<T>(delta, plan, col + d);
   awaitPrior();
   if (blockIdx.x * int64_t(warps) + warp >= n * heads) return;  // whole warps leave together; no block-wide sync below
   T* x = qkv + t * rowWidth + col;
@@ -51,7 +52,7 @@ __global__ __launch_bounds__(kMaxWarps * 32) void ropeKvKernel(T* qkv, const int
     float v[kDims];
 #pragma unroll
     for (int e = 0; e < kDims; ++e) v[e] = toF(x[min(d0 + e, hd - 1)]);
-    addDeltasRun<T, kDims>(delta, deltaVec, t, loraSlot, col + d0, v);
+    addDeltasRun<T, kDims>(delta, plan, t, loraSlot, col + d0, v);
 #pragma unroll
     for (int e = 0; e < kDims; ++e)
       if (d0 + e < hd) {
