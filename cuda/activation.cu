@@ -108,7 +108,7 @@ void siluMul(DType act, void* out, const void* gateUp, int64_t n, int64_t inter,
       // Two rows a block where a row a block would re-read more than 8 MiB of bT from L2
       // (H200, bench/lora_ops.mjs: Qwen3-8B at 32 rows, 48 MiB, 9.6 -> 6.1 us; at 8 rows 4.2 ->
       // 4.1). Below, halving the blocks costs more than the re-reads (Qwen3-0.6B at 8 rows 2.9
-      // -> 3.5 us); four rows a block were slower at every size measured (5.4-6.8 us).
+      // -> 3.5 us); four rows a block took 5.4-6.8 us at every size measured, above two's.
       const int64_t rereads = n * 2 * inter * d.rank * int64_t(sizeof(T));
       if (n >= 2 && rereads >= (int64_t(8) << 20)) return run(siluMulDeltaKernel<T, 2>, 2);
       return run(siluMulDeltaKernel<T, 1>, 1);
