@@ -18,23 +18,14 @@ inline bool deltaRunsOf(const LoraDelta& d, int v, size_t elem) {
   return d.ldb % v == 0 && aligned(d.bT, v * elem) && d.ldt % 8 == 0 && d.rank % 8 == 0 && aligned(d.t, 16);
 }
 
-// Where row r's t and bT's rows start for slice s of `slot`, and the slot's rank there (0: none).
-template <typename T>
-__device__ __forceinline__ int64_t deltaSpan(const LoraDelta& d, int64_t r, int32_t slot, int64_t s, const T*& t,
-                                             int64_t& c) {
-  if (slot <= 0 || slot >= d.numSlots || s >= d.numSlices) return 0;
-  c = (int64_t(slot) * d.numSlices + s) * d.rank;
-  t = static_cast<const T*>(d.t) + r * d.ldt + c;
-  return d.ranks ? min(d.rank, int64_t(d.ranks[int64_t(slot) * d.numSlices + s])) : d.rank;
-}
-
-// Where a run of outputs [o0, o1) takes its delta from for `slot`, found before awaitPrior:
-// sliceStarts and ranks are the pool's (no op of a step writes them), so the dependent reads of
-// them (the slice search, then the slot's rank) happen while the kernel before still runs, not
-// as round trips of their own between the wait and the loads of t and bT.
+// Where a run of outputs [o0, o1) takes its delta from for `slot`. The consumers find it before
+// awaitPrior: sliceStarts and ranks are the pool's (no op of a step writes them), so the
+// dependent reads of them (the slice search, then the slot's rank) happen while the kernel
+// before still runs, not as round trips of their own between the wait and the loads of t and
+// bT. (loraDeltas, the output-by-output path, finds one an output.)
 struct DeltaPlan {
   int64_t c = 0;      // the slot's slice's first column of t and first row of bT
-  bool on = false;    // the slot has a delta there (a rank above 0)
+  int64_t used = 0;   // the slot's rank there (0: no delta)
   bool runs = false;  // vec and one slice: a load of bT a rank entry for V outputs (loraDeltasRun)
 };
 __device__ __forceinline__ DeltaPlan deltaPlan(const LoraDelta& d, bool vec, int32_t slot, int64_t o0, int64_t o1) {
@@ -44,7 +35,7 @@ __device__ __forceinline__ DeltaPlan deltaPlan(const LoraDelta& d, bool vec, int
   p.runs = vec && s == sliceOf(d.sliceStarts, d.numSlices, o1 - 1);
   if (slot <= 0 || slot >= d.numSlots || s >= d.numSlices) return p;
   p.c = (int64_t(slot) * d.numSlices + s) * d.rank;
-  p.on = !d.ranks || d.ranks[int64_t(slot) * d.numSlices + s] > 0;
+  p.used = d.ranks ? min(d.rank, int64_t(d.ranks[int64_t(slot) * d.numSlices + s])) : d.rank;
   return p;
 }
 
@@ -59,10 +50,11 @@ __device__ __forceinline__ void loraDeltas(const LoraDelta& d, int64_t r, int32_
   int64_t used[N];
 #pragma unroll
   for (int e = 0; e < N; ++e) {
-    int64_t c = 0;
+    const DeltaPlan p = deltaPlan(d, false, slot, o[e], o[e] + 1);
     acc[e] = 0;
-    used[e] = deltaSpan<T>(d, r, slot, sliceOf(d.sliceStarts, d.numSlices, o[e]), t[e], c);
-    b[e] = static_cast<const T*>(d.bT) + c * d.ldb + o[e];
+    used[e] = p.used;
+    t[e] = static_cast<const T*>(d.t) + r * d.ldt + p.c;
+    b[e] = static_cast<const T*>(d.bT) + p.c * d.ldb + o[e];
   }
 #pragma unroll 4
   for (int64_t k = 0; k < d.rank; ++k)
@@ -113,7 +105,7 @@ __device__ __forceinline__ void loraDeltasRun(const LoraDelta& d, const DeltaPla
   for (int g = 0; g < G; ++g)
 #pragma unroll
     for (int e = 0; e < V; ++e) acc[g][e] = 0;
-  if (!plan.on) return;
+  if (!plan.used) return;
   const T* t[G];
 #pragma unroll
   for (int g = 0; g < G; ++g) t[g] = static_cast<const T*>(d.t) + r[g] * d.ldt + plan.c;
@@ -166,7 +158,7 @@ __device__ __forceinline__ void addDeltasRun(const LoraDelta& d, const DeltaPlan
 // other weights evict bT between steps).
 template <typename T>
 __device__ __forceinline__ void prefetchDeltas(const LoraDelta& d, const DeltaPlan& plan, int64_t o) {
-  if (!plan.on || o % (128 / int64_t(sizeof(T))) != 0) return;
+  if (!plan.used || o % (128 / int64_t(sizeof(T))) != 0) return;
   const T* b = static_cast<const T*>(d.bT) + plan.c * d.ldb + o;
   for (int64_t k = 0; k < d.rank; ++k) prefetchL2(b + k * d.ldb);
 }
