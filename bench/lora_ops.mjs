@@ -8,6 +8,11 @@
 //
 //   node bench/lora_ops.mjs        (ROWS=1,8,32 by default)
 //
+// PAIRS=1 also times each consumer after its projection's GEMM, as a step runs them (above 4
+// rows the GEMM is cuBLASLt's, which does not let the next kernel start early): GEMM + plain
+// op against extended GEMM + op with its delta, and the same with one bT that the GEMMs' weights
+// may or may not have evicted (what a prefetch of bT that survives the GEMM could give at most).
+//
 // Needs dist/ and the addon (as bench/gpu_session.sh). Prints µs per op, plain / adapted.
 import { addon } from '../dist/lib/addon/index.js';
 import { copiesPast, graphTimedUs } from './graph_timing.mjs';
@@ -37,6 +42,7 @@ for (const [model, hidden, inter, H, K, hd] of MODELS) {
   const qkv = projection(hidden, [0, H * hd, (H + K) * hd, qkvW]);
   const o = projection(H * hd, [0, hidden]);
   const gu = projection(hidden, [0, inter, 2 * inter]);
+  const down = process.env.PAIRS === '1' ? projection(inter, [0, hidden]) : undefined;
   const norm = bf16([hidden], 2), headNorm = bf16([hd], 7), invFreq = addon.fromArray('f32', [hd / 2], wave(hd / 2), 'cuda');
   const blocks = 64, cacheShape = [blocks, 16, K, hd];
   const kCache = addon.empty('bf16', cacheShape, 'cuda'), vCache = addon.empty('bf16', cacheShape, 'cuda');
@@ -61,8 +67,28 @@ for (const [model, hidden, inter, H, K, hd] of MODELS) {
     };
     console.log(`${model} n=${String(n).padStart(2)}: ` +
       Object.entries(pairs).map(([k, [a, b]]) => `${k} ${a.toFixed(2)} / ${b.toFixed(2)}`).join(', '));
+    if (down) {
+      // [plain GEMM + plain op, extended GEMM + op with delta (bT copy i), the same with bT copy 0]
+      const yDown = wide(down);
+      const inContext = (p, input, plainOut, yOut, op) => {
+        const gemm = (i, ext) => addon.linear(ext ? yOut : plainOut, input, (ext ? p.copies : p.plain)[i], null, false, 0);
+        return [timed(p, (i) => { gemm(i, false); op(plainOut); }),
+          timed(p, (i) => { gemm(i, true); op(yOut, ...delta(p, i % p.bTs.length)); }),
+          timed(p, (i) => { gemm(i, true); op(yOut, ...delta(p, 0)); })];
+      };
+      const plainO = addon.empty('bf16', [n, hidden], 'cuda'), plainDown = addon.empty('bf16', [n, hidden], 'cuda');
+      const inCtx = {
+        'qkv+rope': inContext(qkv, x, plainQkv, yQkv, (y, ...d) => rope(y, ...d)),
+        'o+addRmsNorm': inContext(o, attn, plainO, yO, (y, ...d) => addon.addRmsNorm(residual, y, norm, EPS, x, ...d)),
+        'gate_up+siluMul': inContext(gu, x, plainGu, yGu, (y, ...d) => addon.siluMul(act, y, ...d)),
+        'down+addRmsNorm': inContext(down, act, plainDown, yDown, (y, ...d) => addon.addRmsNorm(residual, y, norm, EPS, x, ...d)),
+      };
+      console.log(`${model} n=${String(n).padStart(2)} in context (plain / adapted / adapted, bT hot): ` +
+        Object.entries(inCtx).map(([k, [a, b, c]]) => `${k} ${a.toFixed(2)} / ${b.toFixed(2)} / ${c.toFixed(2)}`).join(', '));
+      for (const t of [yDown, plainO, plainDown]) t.dispose();
+    }
     for (const t of [rowSlots, positions, slots, x, attn, residual, out, act, yQkv, yO, yGu, plainQkv, plainGu]) t.dispose();
   }
-  for (const p of [qkv, o, gu]) [...p.copies, ...p.plain, ...p.bTs, p.starts, p.ranks].forEach((t) => t.dispose());
+  for (const p of [qkv, o, gu, ...(down ? [down] : [])]) [...p.copies, ...p.plain, ...p.bTs, p.starts, p.ranks].forEach((t) => t.dispose());
   for (const t of [norm, headNorm, invFreq, kCache, vCache]) t.dispose();
 }

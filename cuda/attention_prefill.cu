@@ -13,6 +13,7 @@
 // Causality: the query at position p sees keys 0..p; the tiles after the block's last
 // query are never loaded.
 #include "attention_prefill.cuh"
+#include "mma.cuh"
 
 namespace mstar::gpu {
 namespace {
@@ -49,14 +50,6 @@ __device__ __forceinline__ void split(float x, float y, uint32_t& hi, uint32_t& 
   const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
   hi = *reinterpret_cast<const uint32_t*>(&h);
   lo = pack(x - __low2float(h), y - __high2float(h));
-}
-
-// d += a · b for one 16×8×16 tile (row-major A, column-major B, f32 accumulators).
-__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // 16 bytes from global to shared memory, or zeros when !valid.

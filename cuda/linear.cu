@@ -10,15 +10,13 @@
 
 #include "common.cuh"
 #include "cublaslt.h"
+#include "gemv_mma.cuh"
 
 namespace mstar::gpu {
 namespace {
 
 constexpr int kGemvWarps = 8;
 constexpr int kMaxGemvRows = 4;
-// How much of a GEMV's weights it prefetches into L2 (of the H200's 50 MB) while the kernel
-// before it runs: what HBM can deliver in a few microseconds.
-constexpr int64_t kPrefetchBytes = 16 << 20;
 
 // One warp per output feature. VEC: each lane takes 8 consecutive elements per step (one
 // 16-byte load of bf16 weights), which needs in % 8 == 0 and 16-byte aligned rows.
@@ -258,6 +256,7 @@ void gemv(DType act, void* out, const void* x, Weights w, const Weights* bias, i
 void linear(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
             bool accumulate, const WideRows& wide) {
   if (n == 0 || outF == 0) return;
+  if (!wide.slotOfRow && gemvMma(act, out, x, w, bias, n, in, outF, accumulate)) return;
   if (n <= kMaxGemvRows) return gemv(act, out, x, w, bias, n, in, outF, LoraExpandArgs{}, accumulate, wide);
   if (act == DType::BF16 && w.dtype == DType::BF16 && in > 0) {
     // Accumulating without a bias, cuBLASLt adds to out itself (beta = 1): one kernel, no

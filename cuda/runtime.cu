@@ -147,6 +147,29 @@ void synchronize() {
   check(cudaStreamSynchronize(gStream), "cudaStreamSynchronize");
 }
 
+float timeOnStream(const std::function<void()>& enqueue, int reps) {
+  requireNotCapturing("timeOnStream");
+  cudaEvent_t start = nullptr, stop = nullptr;
+  float ms = 0;
+  try {
+    check(cudaEventCreate(&start), "cudaEventCreate");
+    check(cudaEventCreate(&stop), "cudaEventCreate");
+    enqueue();
+    check(cudaEventRecord(start, stream()), "cudaEventRecord");
+    for (int i = 0; i < reps; ++i) enqueue();
+    check(cudaEventRecord(stop, stream()), "cudaEventRecord");
+    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+  } catch (...) {
+    if (start) cudaEventDestroy(start);
+    if (stop) cudaEventDestroy(stop);
+    throw;
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return ms / float(std::max(reps, 1));
+}
+
 // ---- Pinned host memory and adapter uploads ----------------------------------------------
 namespace {
 std::once_flag gUploadOnce;

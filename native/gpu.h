@@ -5,6 +5,7 @@
 // no GPU loads the addon and only a CUDA tensor fails (with the runtime's reason).
 #pragma once
 #include <cstddef>
+#include <functional>
 #include <stdexcept>
 #include <string>
 
@@ -55,6 +56,9 @@ void memInfo(size_t* freeBytes, size_t* totalBytes);
 // GB/s of the best of `passes` timed reads of a `bytes` buffer (after one to warm up), by a
 // kernel that only reads, as a decode step reads its weights; throws Error without a device.
 double readBandwidth(size_t bytes, int passes);
+// Milliseconds a call of the work `enqueue` puts on the stream, over `reps` calls after one
+// to warm up (events on the stream; waits for it). Not while capturing.
+float timeOnStream(const std::function<void()>& enqueue, int reps);
 
 // Streams host data to the device through two pinned buffers: fill one while the other
 // copies. Holds a process-wide lock for its lifetime; the destructor waits for the copies.

@@ -70,10 +70,12 @@ describeGpu('cuda row ops', () => {
 
     describe.each(WEIGHT_DTYPES)('linear, %s weights', (wd) => {
       // [n, in, out]: GEMV sizes (1, <= 4), past it (tiled / cuBLASLt), odd and aligned widths;
-      // narrow outputs over long rows, where 2 to 8 warps share an output feature.
+      // narrow outputs over long rows, where 2 to 8 warps share an output feature; 2-4 rows of
+      // a weight of 32 MiB or more (bf16: the tensor-core GEMV), outputs past its 16-row tiles.
       const shapes = [[1, 7, 33], [1, 64, 256], [1, 1024, 130], [3, 130, 33], [4, 64, 64], [5, 1024, 256],
         [16, 64, 33], [17, 130, 256], [64, 1024, 512], [70, 64, 33], [256, 2048, 1024],
-        [1, 64, 4227], [5, 130, 4229], [16, 1024, 4230], [1, 2048, 1024], [4, 3072, 1000], [2, 3000, 77], [1, 1024, 4096]];
+        [1, 64, 4227], [5, 130, 4229], [16, 1024, 4230], [1, 2048, 1024], [4, 3072, 1000], [2, 3000, 77], [1, 1024, 4096],
+        [2, 4096, 4100], [4, 4096, 4104], [8, 512, 100], [16, 2048, 1040]];
       it.each(shapes)('n %i, in %i, out %i', (n, inF, outF) => {
         const rng = new Rng(n * 7 + inF * 3 + outF);
         const w = weightPair(wd, [outF, inF], rng.floats(outF * inF));
@@ -90,6 +92,17 @@ describeGpu('cuda row ops', () => {
         addon.linear(acc.cuda, x.cuda, w.cuda, bias.cuda, true);
         expectClose(floats(acc.cuda), floats(acc.cpu), tol(act, true));
       });
+    });
+
+    it.each([2, 3, 4, 5])('linear, %i rows, by a window of a wider weight (its columns from wCol)', (n) => {
+      const rng = new Rng(100 + n);
+      const inF = 4096, width = inF + 40, outF = 4200;  // bf16: over 32 MiB, the tensor-core GEMV up to 4 rows
+      const w = weightPair('bf16', [outF, width], rng.floats(outF * width));
+      const x = act2(act, [n, inF], rng.floats(n * inF));
+      for (const wCol of [0, 8, 40]) {
+        const [got, want] = both(act, [n, outF], (dev, out) => addon.linear(out, x[dev], w[dev], null, false, wCol));
+        expectClose(got, want, tol(act, true));
+      }
     });
 
     it('linear on views that start anywhere (no vector loads there)', () => {
