@@ -3,9 +3,10 @@
 // grow with the rows: the GEMV re-reads every row of x through L1 for each weight load.
 // Graph-timed on an H200 (bench/gemv.mjs, n = 4, µs, this kernel / the GEMV / cuBLASLt):
 // Qwen3-8B qkv 18.4 / 25.6 / 16.4, o 15.3 / 16.8 / 13.2, gate_up 55.8 / 77.3 / 52.6, down
-// 39.1 / 43.2 / 32.1. cuBLASLt is a little faster alone but does not let the next kernel
-// start early (a step's small ops after it wait for its launch); at one row the GEMV is
-// faster; on Qwen3-0.6B's weights (2-6 MB, 64-256 blocks of this kernel) the GEMV is.
+// 39.1 / 43.2 / 32.1. cuBLASLt is faster alone (114 against 132 µs a layer) but does not
+// let the next kernel start early, and end to end 8B decode at 4 sequences ran 6.46 -> 5.51
+// ms a step by this kernel (an adapter's consumers 6.53 -> 5.48). At one row the GEMV is
+// faster; on Qwen3-0.6B's weights (2-6 MB, 64-384 blocks of this kernel) the GEMV is.
 //
 // A block takes 16 outputs (weight rows) and all of `in`; its warps take turns along k, 32
 // at a time, so that together they read 512 neighbouring bytes of each row (each warp a span
