@@ -30,7 +30,8 @@ constexpr int64_t kMinWeightBytes = int64_t(32) << 20;
 constexpr int kBatch = 8;  // 32-k steps a warp whose weight loads are in flight together
 
 // 16 bytes of a weight, not kept in L1 (no other warp of the SM reads them). Volatile, as the
-// mma is: the compiler keeps a batch's loads before its products, in flight together.
+// mma is, so that the batch's loads stay ahead of its products in the PTX; ptxas still gives
+// the kernel 32 registers, so not all of them are in flight at once (8 a batch measured as 4).
 __device__ __forceinline__ uint4 loadStream(const bf16* p) {
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
