@@ -5,12 +5,18 @@ import { addon } from '../dist/lib/addon/index.js';
 
 /**
  * Median µs per call of op(i), i = 0 .. calls - 1, replaying a graph of the calls `reps` times.
- * op(0) runs once eagerly first: cuBLASLt's handle and workspace are made outside a capture
+ * op(0) runs once eagerly first, with gemmTuning on as in the engine's warm-up steps: cuBLASLt's
+ * algorithm choices, handle and workspace are made outside a capture
  * (captured first, a GEMM runs the addon's own tiled kernel: lora_ops.mjs's qkv GEMM at 8-32
  * rows timed ~97 µs on Qwen3-0.6B's shape).
  */
 export function graphTimedUs(calls, op, reps = 7) {
-  op(0);
+  addon.gemmTuning(true);  // as the engine's graph warm-up: cuBLASLt's pick for each shape timed
+  try {
+    op(0);
+  } finally {
+    addon.gemmTuning(false);
+  }
   addon.synchronize();
   const graph = addon.captureGraph(() => { for (let i = 0; i < calls; i++) op(i); });
   graph.replay();

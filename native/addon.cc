@@ -92,6 +92,15 @@ Napi::Value CudaLibraries(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// gemmTuning(on): whether a GEMM shape of up to 64 rows met for the first time (outside a
+// capture) picks cuBLASLt's algorithm by timing its candidates (cublaslt::setTuning).
+Napi::Value GemmTuning(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 1 || !info[0].IsBoolean()) throw Napi::TypeError::New(env, "gemmTuning(on): one boolean");
+  cublaslt::setTuning(info[0].As<Napi::Boolean>().Value());
+  return env.Undefined();
+}
+
 // synchronize(): waits for every op enqueued on the CUDA stream (a no-op without CUDA).
 Napi::Value Synchronize(const Napi::CallbackInfo& info) {
   withErrors(info.Env(), "synchronize", [] { gpu::synchronize(); });
@@ -110,6 +119,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports["cudaLibraries"] = Napi::Function::New<CudaLibraries>(env, "cudaLibraries");
   exports["cudaMemInfo"] = Napi::Function::New<CudaMemInfo>(env, "cudaMemInfo");
   exports["cudaReadBandwidth"] = Napi::Function::New<CudaReadBandwidth>(env, "cudaReadBandwidth");
+  exports["gemmTuning"] = Napi::Function::New<GemmTuning>(env, "gemmTuning");
   exports["synchronize"] = Napi::Function::New<Synchronize>(env, "synchronize");
   RegisterOps(env, exports);
   RegisterLoraOps(env, exports);

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdlib>
 #include <limits>
 #include <memory>
@@ -166,24 +167,25 @@ const Status& status() {
   return gStatus;
 }
 
-// Up to this many rows (decode steps) a shape's algorithm is the fastest of the heuristic's
-// first kCandidates, timed on the shape's own operands, where it beats the first pick by 3%
-// or more. The first pick ran Qwen3-8B's gate_up with an adapter's 64 rows of A beneath W 3 µs
+// While tuning is on (setTuning), up to this many rows (decode steps) a shape's algorithm is
+// the fastest of the heuristic's first kCandidates, timed on the shape's own operands, where
+// it beats the first pick by 3% or more. The first pick ran Qwen3-8B's gate_up with an adapter's 64 rows of A beneath W 3 µs
 // (6%) slower than W alone at 8 and 32 rows, however those rows were padded; with the timed
 // choice 8B decode at 8 sequences ran 5.71 -> 5.47 ms a step with one adapter and 5.19 ->
-// 5.05 without LoRA (H200, equal at 32). Prefill-sized GEMMs take the first pick: a new
-// prompt length is a new shape, and timing there would stall a running server.
+// 5.05 without LoRA (H200, equal at 32). Prefill-sized GEMMs take the first pick.
 constexpr int64_t kTunedRows = 64;
 constexpr int kCandidates = 8;
 constexpr int kRounds = 2;
 constexpr float kClearlyFaster = 0.97f;
 
+std::atomic<bool> gTuning{false};
+
 bool tuning() {
-  static const bool on = [] {
+  static const bool allowed = [] {
     const char* v = std::getenv("MSTAR_GEMM_TUNE");
     return !(v && std::string(v) == "0");
   }();
-  return on;
+  return allowed && gTuning.load();
 }
 
 // A shape's descriptors and algorithm. Row-major out = x · wᵀ is column-major outᵀ[outF, n] =
@@ -236,6 +238,8 @@ std::unique_ptr<Plan> makePlan(int64_t n, int64_t in, int64_t outF, int64_t ldw,
   gpu::release(scratch);
   return plan;
 }
+
+void setTuning(bool on) { gTuning.store(on); }
 
 bool gemmBf16(void* out, const void* x, const void* w, int64_t n, int64_t in, int64_t outF, void* stream,
               bool accumulate, int64_t ldw) {

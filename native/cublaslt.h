@@ -27,4 +27,10 @@ const Status& status();
 bool gemmBf16(void* out, const void* x, const void* w, int64_t n, int64_t in, int64_t outF, void* stream,
               bool accumulate = false, int64_t ldw = 0);
 
+// While on, a GEMM shape of up to 64 rows met for the first time outside a capture takes the
+// fastest of cuBLASLt's candidates, timed; off (the default) the heuristic's first pick. The
+// engine turns it on for its warm-up steps only: a shape first met while serving (a short
+// prompt's row count) would stall the stream for its timing. MSTAR_GEMM_TUNE=0 keeps it off.
+void setTuning(bool on);
+
 }  // namespace mstar::cublaslt

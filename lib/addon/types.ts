@@ -141,6 +141,12 @@ export interface Binding {
    * there is no CUDA device.
    */
   cudaReadBandwidth(bytes: number, passes: number): number;
+  /**
+   * Whether a GEMM shape of up to 64 rows, met for the first time outside a capture, picks
+   * cuBLASLt's algorithm by timing its candidates (off by default; the engine turns it on for
+   * its graphs' warm-up steps; MSTAR_GEMM_TUNE=0 keeps it off).
+   */
+  gemmTuning(on: boolean): void;
   /** Waits for every op enqueued on the cuda stream (a no-op when nothing was). */
   synchronize(): void;
   /**

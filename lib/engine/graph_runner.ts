@@ -7,8 +7,9 @@
 // a step is reading back its sampled ids.
 //
 // First use of a (bucket, LoRA) pair: the step runs eagerly on the static buffers (that
-// warm-up fills cuBLASLt's algorithm cache and workspace, which must not be allocated
-// while capturing), then the graph is captured (nothing runs) and later steps replay it.
+// warm-up fills cuBLASLt's algorithm cache, choosing by timing, and its workspace, which
+// must not be allocated while capturing), then the graph is captured (nothing runs) and
+// later steps replay it.
 // A capture that fails is reported once and that pair stays eager.
 //
 // Steps overlap (launch): a step's ids come back through the runner's readback (pinned
@@ -154,6 +155,7 @@ export class GraphRunner {
     const graph = this.graphs.get(key);
     const replay = graph !== undefined && 'replay' in graph;
     if (replay) graph.replay();
+    else if (graph === undefined) this.warmUp(v, withLora);
     else this.enqueueStep(v, withLora);
     const launched = new GraphLaunch(this, batch, this.readback.send([v.ids]));
     if (replay) {
@@ -181,7 +183,7 @@ export class GraphRunner {
         this.host.fill([], bucket, this.options.blockSize, this.model.config.vocabSize);
         const v = this.viewsFor(bucket);
         this.upload(v, bucket);
-        this.enqueueStep(v, withLora);
+        this.warmUp(v, withLora);
         this.stats.warmups++;
         this.capture(key, v, withLora, bucket);
       }
@@ -211,6 +213,20 @@ export class GraphRunner {
       addon.sample(v.ids, logits, v.temperature, v.topK, v.topP, v.seeds, v.steps);
     } finally {
       logits.dispose();
+    }
+  }
+
+  /**
+   * A bucket's eager step before its capture. cuBLASLt times its algorithm choices for the
+   * step's GEMM shapes here (the shapes the graph will replay), never in a step that serves
+   * requests, which a timing would stall.
+   */
+  private warmUp(v: BucketViews, withLora: boolean): void {
+    addon.gemmTuning(true);
+    try {
+      this.enqueueStep(v, withLora);
+    } finally {
+      addon.gemmTuning(false);
     }
   }
 

@@ -105,6 +105,24 @@ describeGpu('cuda row ops', () => {
       }
     });
 
+    it('linear at decode sizes with cuBLASLt\'s algorithm chosen by timing (gemmTuning), as a graph warm-up does', () => {
+      const rng = new Rng(77);
+      for (const [n, inF, outF] of [[5, 1024, 520], [16, 2048, 1040], [64, 1024, 4104]]) {
+        const w = weightPair('bf16', [outF, inF], rng.floats(outF * inF));
+        const x = act2(act, [n, inF], rng.floats(n * inF));
+        addon.gemmTuning(true);
+        try {
+          const [got, want] = both(act, [n, outF], (dev, out) => addon.linear(out, x[dev], w[dev], null));
+          expectClose(got, want, tol(act, true));
+        } finally {
+          addon.gemmTuning(false);
+        }
+        // The shape's choice is kept: the same product again, tuning off.
+        const [again, want] = both(act, [n, outF], (dev, out) => addon.linear(out, x[dev], w[dev], null));
+        expectClose(again, want, tol(act, true));
+      }
+    });
+
     it('linear on views that start anywhere (no vector loads there)', () => {
       const rng = new Rng(3);
       const inF = 64, outF = 40, n = 3;

@@ -1,5 +1,5 @@
 // linear: out = x · wᵀ (+ bias), weights in any float dtype.
-import { describe, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 
 import { addon, expectClose, expectOpError, f32, FLOAT_DTYPES, floats, ODD_SIZES, weights } from './helpers.js';
 import { Rng } from './random.js';
@@ -48,4 +48,17 @@ it('linear rejects bad arguments, naming them', () => {
   expectOpError(() => addon.linear(out, x, w, addon.zeros('bf16', [5])), /^linear: bias must be \[4\]/);
   expectOpError(() => addon.linear(out, addon.zeros('bf16', [2, 8]), w, null), /^linear: x must be f32/);
   expectOpError(() => addon.linear(out, x, {} as never, null), /^linear: w must be a Tensor/);
+});
+
+it('gemmTuning takes one boolean (on the CPU the choice it turns on has nothing to choose)', () => {
+  const x = f32([2, 3], [1, 2, 3, 4, 5, 6]), w = f32([1, 3], [1, 0, -1]), out = addon.empty('f32', [2, 1]);
+  addon.gemmTuning(true);
+  try {
+    addon.linear(out, x, w, null);
+  } finally {
+    addon.gemmTuning(false);
+  }
+  expect(Array.from(floats(out))).toEqual([-2, -2]);
+  expect(() => (addon.gemmTuning as (v: unknown) => void)('yes')).toThrow(/gemmTuning\(on\): one boolean/);
+  expect(() => (addon.gemmTuning as () => void)()).toThrow(/one boolean/);
 });
