@@ -98,9 +98,9 @@ __global__ __launch_bounds__(kWarps * 32) void gemvMmaKernel(bf16* out, const bf
 bool gemvMma(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
              bool accumulate) {
   const int64_t ldw = w.ld ? w.ld : in;
-  auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   if (act != DType::BF16 || w.dtype != DType::BF16 || n < kMinRows || n > kMaxRows || in % (kWarps * 32) != 0 ||
-      in * outF * int64_t(sizeof(bf16)) < kMinWeightBytes || ldw % 8 != 0 || !aligned16(x) || !aligned16(w.data))
+      in * outF * int64_t(sizeof(bf16)) < kMinWeightBytes || !runsOf8(x, in, sizeof(bf16)) ||
+      !runsOf8(w.data, ldw, sizeof(bf16)))
     return false;
   const unsigned grid = blocksFor(outF, 16);
   const unsigned prefetch = unsigned(std::min<int64_t>(grid, kPrefetchBytes / (16 * in * int64_t(sizeof(bf16)))));
