@@ -13,6 +13,7 @@
 // Causality: the query at position p sees keys 0..p; the tiles after the block's last
 // query are never loaded.
 #include "attention_prefill.cuh"
+#include "cp_async.cuh"
 #include "mma.cuh"
 
 namespace mstar::gpu {
@@ -50,12 +51,6 @@ __device__ __forceinline__ void split(float x, float y, uint32_t& hi, uint32_t& 
   const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
   hi = *reinterpret_cast<const uint32_t*>(&h);
   lo = pack(x - __low2float(h), y - __high2float(h));
-}
-
-// 16 bytes from global to shared memory, or zeros when !valid.
-__device__ __forceinline__ void copy16(void* smem, const void* gmem, bool valid) {
-  const unsigned dst = unsigned(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0));
 }
 
 // The block's (sequence, first query token), or false past the last tile. The grid's rows
@@ -154,7 +149,7 @@ __global__ __launch_bounds__(kThreads, 2) void prefillKernel(PrefillArgs p) {
       copy16(tiles.k[buf] + row * kStride + col, kHead + off, at >= 0);
       copy16(tiles.v[buf] + row * kStride + col, vHead + off, at >= 0);
     }
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    commitCopies();
   };
   if (threadIdx.x < kKeys) tiles.rows[0][threadIdx.x] = cacheRowOf(p, table, threadIdx.x, keyEnd);
   __syncthreads();
@@ -169,7 +164,7 @@ __global__ __launch_bounds__(kThreads, 2) void prefillKernel(PrefillArgs p) {
     const bool more = tile + 1 < numTiles;
     if (more && threadIdx.x < kKeys)
       tiles.rows[buf ^ 1][threadIdx.x] = cacheRowOf(p, table, n0 + kKeys + threadIdx.x, keyEnd);
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    awaitCopies<0>();
     __syncthreads();
     if (more) load(buf ^ 1);
     const bf16* sK = tiles.k[buf];

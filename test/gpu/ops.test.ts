@@ -70,12 +70,13 @@ describeGpu('cuda row ops', () => {
 
     describe.each(WEIGHT_DTYPES)('linear, %s weights', (wd) => {
       // [n, in, out]: GEMV sizes (1, <= 4), past it (tiled / cuBLASLt), odd and aligned widths;
-      // narrow outputs over long rows, where 2 to 8 warps share an output feature; 2-4 rows of
-      // a weight of 32 MiB or more (bf16: the tensor-core GEMV), outputs past its 16-row tiles.
+      // narrow outputs over long rows, where 2 to 8 warps share an output feature; bf16 rows
+      // the tensor-core GEMV takes (2-4 of a weight of 32 MiB or more, up to 16 of a smaller
+      // one: one and two groups of 8 rows), outputs past its 16-row tiles.
       const shapes = [[1, 7, 33], [1, 64, 256], [1, 1024, 130], [3, 130, 33], [4, 64, 64], [5, 1024, 256],
         [16, 64, 33], [17, 130, 256], [64, 1024, 512], [70, 64, 33], [256, 2048, 1024],
         [1, 64, 4227], [5, 130, 4229], [16, 1024, 4230], [1, 2048, 1024], [4, 3072, 1000], [2, 3000, 77], [1, 1024, 4096],
-        [2, 4096, 4100], [4, 4096, 4104], [8, 512, 100], [16, 2048, 1040]];
+        [2, 4096, 4100], [4, 4096, 4104], [8, 512, 100], [16, 2048, 1040], [2, 256, 17], [12, 1024, 200]];
       it.each(shapes)('n %i, in %i, out %i', (n, inF, outF) => {
         const rng = new Rng(n * 7 + inF * 3 + outF);
         const w = weightPair(wd, [outF, inF], rng.floats(outF * inF));
@@ -94,9 +95,11 @@ describeGpu('cuda row ops', () => {
       });
     });
 
-    it.each([2, 3, 4, 5])('linear, %i rows, by a window of a wider weight (its columns from wCol)', (n) => {
+    // bf16 over 32 MiB: the tensor-core GEMV up to 4 rows, then cuBLASLt; under it, up to 16
+    it.each([[2, 4096, 4200], [3, 4096, 4200], [4, 4096, 4200], [5, 4096, 4200], [8, 1024, 300], [13, 1024, 300]])(
+      'linear, %i rows of in %i, out %i, by a window of a wider weight (its columns from wCol)', (n, inF, outF) => {
       const rng = new Rng(100 + n);
-      const inF = 4096, width = inF + 40, outF = 4200;  // bf16: over 32 MiB, the tensor-core GEMV up to 4 rows
+      const width = inF + 40;
       const w = weightPair('bf16', [outF, width], rng.floats(outF * width));
       const x = act2(act, [n, inF], rng.floats(n * inF));
       for (const wCol of [0, 8, 40]) {
@@ -107,7 +110,7 @@ describeGpu('cuda row ops', () => {
 
     it('linear at decode sizes with cuBLASLt\'s algorithm chosen by timing (gemmTuning), as a graph warm-up does', () => {
       const rng = new Rng(77);
-      for (const [n, inF, outF] of [[5, 1024, 520], [16, 2048, 1040], [64, 1024, 4104]]) {
+      for (const [n, inF, outF] of [[5, 4096, 4104], [17, 1024, 520], [64, 1024, 4104]]) {  // cuBLASLt's sizes
         const w = weightPair('bf16', [outF, inF], rng.floats(outF * inF));
         const x = act2(act, [n, inF], rng.floats(n * inF));
         addon.gemmTuning(true);
