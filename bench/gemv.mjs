@@ -12,8 +12,9 @@
 // serves), out + 2·16·slices rows read with the wider stride. Needs dist/ and the addon (as
 // bench/gpu_session.sh). EXT_GRID=below:cols,... times, instead, each projection with `below`
 // rows beneath W and `cols` columns beside it (which of the two changes cuBLASLt's choice);
-// ONLY=8B the shapes whose name has it. Prints µs per projection and its share of the
-// measured bandwidth.
+// ONLY=8B the shapes whose name has it (the lm_heads, 151936 outputs, are among them:
+// ONLY=lm_head for those alone). Prints µs per projection and its share of the measured
+// bandwidth.
 import { addon } from '../dist/lib/addon/index.js';
 import { copiesPast, graphTimedUs } from './graph_timing.mjs';
 
@@ -21,6 +22,7 @@ import { copiesPast, graphTimedUs } from './graph_timing.mjs';
 const SHAPES = [
   ['8B qkv', 4096, 6144, 3], ['8B o', 4096, 4096, 1], ['8B gate_up', 4096, 24576, 2], ['8B down', 12288, 4096, 1],
   ['0.6B qkv', 1024, 4096, 3], ['0.6B o', 2048, 1024, 1], ['0.6B gate_up', 1024, 6144, 2], ['0.6B down', 3072, 1024, 1],
+  ['8B lm_head', 4096, 151936, 0], ['0.6B lm_head', 1024, 151936, 0],  // no adapter: EXT adds nothing
 ];
 const ROWS = (process.env.ROWS ?? '1,4').split(',').map(Number);
 const EXT_PER_SLICE = process.env.EXT === '1' ? 2 * 16 : 0;  // slots × rank
@@ -30,12 +32,28 @@ const L2_PAST = 256 * 2 ** 20;  // bytes of weight copies cycled: several times 
 const gbps = addon.cudaReadBandwidth(2 ** 31, 5);
 console.log(`HBM read bandwidth: ${gbps.toFixed(0)} GB/s`);
 const wave = (n) => Float32Array.from({ length: n }, (_, i) => Math.sin(i * 0.37) * 0.02);
+// A [rows, cols] bf16 weight of wave values, written a tile of rows at a time (lm_head's
+// 600M elements would not fit one JS array).
+function filled(rows, cols) {
+  const tileRows = Math.min(rows, Math.floor(2 ** 24 / cols));
+  const tile = addon.fromArray('bf16', [tileRows, cols], wave(tileRows * cols), 'cuda');
+  const w = addon.empty('bf16', [rows, cols], 'cuda');
+  for (let r = 0; r < rows; r += tileRows) {
+    if (rows - r < tileRows) {
+      const last = addon.fromArray('bf16', [rows - r, cols], wave((rows - r) * cols), 'cuda');
+      addon.copyRegion(w, last, r, 0, 1, false);
+      last.dispose();
+    } else addon.copyRegion(w, tile, r, 0, 1, false);
+  }
+  tile.dispose();
+  return w;
+}
 for (const [name, inF, outF, slices] of SHAPES.filter(([name]) => name.includes(process.env.ONLY ?? ''))) {
   const extra = EXT_PER_SLICE * slices;
   for (const [below, cols] of GRID ?? (extra ? [[0, 0], [extra, extra]] : [[0, 0]])) {
     // the extended weight [out + below, in + cols] read over its first in columns
     const rows = outF + below, bytes = inF * rows * 2;
-    const one = addon.fromArray('bf16', [rows, inF + cols], wave(rows * (inF + cols)), 'cuda');
+    const one = filled(rows, inF + cols);
     const ws = copiesPast(one, L2_PAST);
     for (const n of ROWS) {
       const x = addon.fromArray('bf16', [n, inF], wave(n * inF), 'cuda');  // its first in columns: W's, then A's
