@@ -3,7 +3,7 @@
 //    applies it to every input row; bound by reading the weights. linearExpand adds the
 //    LoRA expand of each output there, before it is stored (no second pass, no launch).
 //    bf16 rows go to the tensor-core GEMV (gemv_mma.cu) instead: 2-4 of any weight, up to 16
-//    of a weight under 32 MiB (where cuBLASLt's fixed cost dominates).
+//    of a weight under 32 MiB (where cuBLASLt's fixed cost dominates), 32 if out <= in.
 //  - larger n with bf16 activations and bf16 weights: cuBLASLt (bf16 x bf16, f32
 //    accumulate, bf16 out), bias added after by a small kernel. (The GEMV measured 18% of
 //    HBM bandwidth at n = 8 and 9% at n = 16 on an H200: every warp re-reads all of x.)

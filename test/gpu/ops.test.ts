@@ -71,12 +71,14 @@ describeGpu('cuda row ops', () => {
     describe.each(WEIGHT_DTYPES)('linear, %s weights', (wd) => {
       // [n, in, out]: GEMV sizes (1, <= 4), past it (tiled / cuBLASLt), odd and aligned widths;
       // narrow outputs over long rows, where 2 to 8 warps share an output feature; bf16 rows
-      // the tensor-core GEMV takes (2-4 of a weight of 32 MiB or more, up to 16 of a smaller
-      // one: one and two groups of 8 rows), outputs past its 16-row tiles.
+      // the tensor-core GEMV takes (2-4 of a weight of 32 MiB or more; of a smaller one up to
+      // 16 where out > in, 32 where out <= in: one, two and four groups of 8 rows, x through
+      // L1 and through the ring), outputs past its 16-row tiles.
       const shapes = [[1, 7, 33], [1, 64, 256], [1, 1024, 130], [3, 130, 33], [4, 64, 64], [5, 1024, 256],
         [16, 64, 33], [17, 130, 256], [64, 1024, 512], [70, 64, 33], [256, 2048, 1024],
         [1, 64, 4227], [5, 130, 4229], [16, 1024, 4230], [1, 2048, 1024], [4, 3072, 1000], [2, 3000, 77], [1, 1024, 4096],
-        [2, 4096, 4100], [4, 4096, 4104], [8, 512, 100], [16, 2048, 1040], [2, 256, 17], [12, 1024, 200]];
+        [2, 4096, 4100], [4, 4096, 4104], [8, 512, 100], [16, 2048, 1040], [2, 256, 17], [12, 1024, 200],
+        [12, 256, 1000], [16, 512, 3000], [24, 2048, 300], [32, 1024, 1000], [3, 4608, 4400]];
       it.each(shapes)('n %i, in %i, out %i', (n, inF, outF) => {
         const rng = new Rng(n * 7 + inF * 3 + outF);
         const w = weightPair(wd, [outF, inF], rng.floats(outF * inF));
@@ -96,7 +98,9 @@ describeGpu('cuda row ops', () => {
     });
 
     // bf16 over 32 MiB: the tensor-core GEMV up to 4 rows, then cuBLASLt; under it, up to 16
-    it.each([[2, 4096, 4200], [3, 4096, 4200], [4, 4096, 4200], [5, 4096, 4200], [8, 1024, 300], [13, 1024, 300]])(
+    // (out > in) or 32 (out <= in)
+    it.each([[2, 4096, 4200], [3, 4096, 4200], [4, 4096, 4200], [5, 4096, 4200], [8, 1024, 300], [13, 1024, 300],
+      [13, 512, 1000], [24, 1024, 300]])(
       'linear, %i rows of in %i, out %i, by a window of a wider weight (its columns from wCol)', (n, inF, outF) => {
       const rng = new Rng(100 + n);
       const width = inF + 40;
@@ -110,7 +114,7 @@ describeGpu('cuda row ops', () => {
 
     it('linear at decode sizes with cuBLASLt\'s algorithm chosen by timing (gemmTuning), as a graph warm-up does', () => {
       const rng = new Rng(77);
-      for (const [n, inF, outF] of [[5, 4096, 4104], [17, 1024, 520], [64, 1024, 4104]]) {  // cuBLASLt's sizes
+      for (const [n, inF, outF] of [[5, 4096, 4104], [33, 1024, 520], [64, 1024, 4104]]) {  // cuBLASLt's sizes
         const w = weightPair('bf16', [outF, inF], rng.floats(outF * inF));
         const x = act2(act, [n, inF], rng.floats(n * inF));
         addon.gemmTuning(true);
