@@ -80,15 +80,12 @@ __global__ __launch_bounds__(kWarps * 32) void gemvMmaKernel(bf16* out, const bf
     for (int64_t i = lane; i < 16 * steps; i += 32) prefetchL2(row(int(i % 16)) + (i / 16) * stride);
   const bf16* w0 = row(g) + 8 * q;
   const bf16* w8 = row(g + 8) + 8 * q;
-  // Row 8 gi + g of x at the lane's k (rows past n: x's last row, valid memory).
-  const bf16* xr[NG];
-#pragma unroll
-  for (int gi = 0; gi < NG; ++gi) xr[gi] = x + min(8 * gi + g, n - 1) * in + 32 * warp + 8 * q;
+  const bf16* xr[NG];  // row 8 gi + g of x at the lane's k (null past n), once x is written
   auto slot = [&](int64_t step, int h) { return ring + (((step % kStages) * kWarps + warp) * kSlots + h) * 32 + lane; };
   // Step j's x copies (zeros for rows past n).
   auto issueX = [&](int64_t j) {
 #pragma unroll
-    for (int gi = 0; gi < NG; ++gi) copy16(slot(j, 2 + gi), xr[gi] + j * stride, 8 * gi + g < n);
+    for (int gi = 0; gi < NG; ++gi) copy16(slot(j, 2 + gi), xr[gi] ? xr[gi] + j * stride : x, xr[gi]);
   };
   // Step j's copies into its slots, as one group (an empty group past the last step, so that
   // there is one group a step and awaitCopies counts steps).
@@ -106,6 +103,8 @@ __global__ __launch_bounds__(kWarps * 32) void gemvMmaKernel(bf16* out, const bf
   // group kStages - 1 + j: either way all but the kStages - 1 latest groups.
   for (int j = 0; j < kStages - 1; ++j) issue(j, false);
   awaitPrior();
+#pragma unroll
+  for (int gi = 0; gi < NG; ++gi) xr[gi] = 8 * gi + g < n ? x + (8 * gi + g) * in + 32 * warp + 8 * q : nullptr;
   if constexpr (XR)
     for (int j = 0; j < kStages - 1; ++j) {
       if (j < steps) issueX(j);
@@ -118,9 +117,9 @@ __global__ __launch_bounds__(kWarps * 32) void gemvMmaKernel(bf16* out, const bf
     const uint4 a0 = *slot(j, 0), a8 = *slot(j, 1);
 #pragma unroll
     for (int gi = 0; gi < NG; ++gi) {
-      const uint4 b = XR               ? *slot(j, 2 + gi)
-                      : 8 * gi + g < n ? *reinterpret_cast<const uint4*>(xr[gi] + j * stride)
-                                       : make_uint4(0, 0, 0, 0);
+      const uint4 b = XR       ? *slot(j, 2 + gi)
+                      : xr[gi] ? *reinterpret_cast<const uint4*>(xr[gi] + j * stride)
+                               : make_uint4(0, 0, 0, 0);
       // k slots 2q, 2q+1 | 2q+8, 2q+9 take elements 0, 1 | 2, 3 of the lane's 8, then 4, 5 | 6, 7.
       mma(acc[gi], {a0.x, a8.x, a0.y, a8.y}, b.x, b.y);
       mma(acc[gi], {a0.z, a8.z, a0.w, a8.w}, b.z, b.w);
