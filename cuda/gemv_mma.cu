@@ -11,8 +11,8 @@
 //     cuBLASLt wins where x is read through L1): cuBLASLt's few microseconds of fixed cost
 //     dominate small weights.
 //   x through the ring too, where out <= in, against x through L1 (cuBLASLt at 32 rows):
-//     0.6B o 3.41 / 2.60 at 8 rows, 5.69 / 3.93 at 32; down 4.46 / 3.14, 9.18 / 5.58; 8B o
-//     12.71 / 11.77 at 2 rows, down 34.5 / 32.1. Where out > in it lost (0.6B gate_up at 2
+//     0.6B o 3.30 / 2.60 at 8 rows, 5.93 / 4.14 at 32; down 4.47 / 3.25, 8.1 / 5.55; 8B o
+//     12.6 / 12.0 at 2 rows, down 35.9 / 33.6. Where out > in it lost (0.6B gate_up at 2
 //     rows 4.7 / 6.2): its ring holds fewer weight stages, and more blocks re-read x.
 // It also starts early (programmatic dependent launch): its first weight stages stream while
 // the kernel before it ends, which cuBLASLt's kernels do not allow.
@@ -46,7 +46,7 @@ constexpr int64_t kSmallWeightBytes = int64_t(32) << 20;
 constexpr int kMaxRows = 4, kMaxRowsSmall = 16, kMaxRowsSmallXRing = 32;
 
 // A lane's 16-byte slots a stage: weight rows g and g + 8, and with XR one of x for each
-// group of 8 rows.
+// group of 8 rows. A lane reads back only what it copied itself, so no barrier guards them.
 __host__ __device__ constexpr int slotsFor(int ng, bool xr) { return 2 + (xr ? ng : 0); }
 // 32-k steps each lane has in flight: 8 (4 and 12 were slower), or fewer where 8 stages'
 // slots pass 24 a lane (96 KB a block, two blocks an SM). cp.async needs no register per
