@@ -1,9 +1,9 @@
 // The decode projections alone on the GPU machine: Qwen3-8B's and Qwen3-0.6B's at the rows
 // ROWS names (default 1 and 4; linear picks the kernel: the GEMV for 1 row, the tensor-core
-// GEMV for 2-4 rows (up to 16 of 0.6B's weights), cuBLASLt above), each timed inside a
-// captured graph (as a decode step runs it: no launch gaps) over enough copies of its weight
-// that they pass L2 (a step reads its weights from HBM), against the HBM read bandwidth
-// measured by cudaReadBandwidth in the same process:
+// GEMV for 2-4 rows (of 0.6B's weights up to 16, or 32 where out <= in), cuBLASLt above),
+// each timed inside a captured graph (as a decode step runs it: no launch gaps) over enough
+// copies of its weight that they pass L2 (a step reads its weights from HBM), against the
+// HBM read bandwidth measured by cudaReadBandwidth in the same process:
 //
 //   [ROWS=1,4,8,32] [EXT=1] node bench/gemv.mjs
 //
