@@ -6,7 +6,7 @@
 // inside a captured graph (as a decode step runs it) over copies of its weight that together
 // pass L2 (a step finds them evicted by the other weights):
 //
-//   node bench/lora_ops.mjs        (ROWS=1,8,32 by default)
+//   node bench/lora_ops.mjs        (ROWS=1,8,32 by default; MODEL=0.6B or 8B: that model only)
 //
 // PAIRS=1 also times each consumer after its projection's GEMM, as a step runs them (above 4
 // rows the GEMM is cuBLASLt's, which does not let the next kernel start early): GEMM + plain
@@ -18,7 +18,8 @@ import { addon } from '../dist/lib/addon/index.js';
 import { copiesPast, graphTimedUs } from './graph_timing.mjs';
 
 // hidden, intermediate, q heads, kv heads, head dim
-const MODELS = [['0.6B', 1024, 3072, 16, 8, 128], ['8B', 4096, 12288, 32, 8, 128]];
+const MODELS = [['0.6B', 1024, 3072, 16, 8, 128], ['8B', 4096, 12288, 32, 8, 128]]
+  .filter(([name]) => !process.env.MODEL || name === process.env.MODEL);
 const ROWS = (process.env.ROWS ?? '1,8,32').split(',').map(Number);
 const SLOTS = 3, R = 16, L2_PAST = 256 * 2 ** 20, EPS = 1e-6;
 

@@ -8,6 +8,7 @@
 // wait on scattered 32-byte reads: 15 us for an 8B addRmsNorm against 1.7 plain).
 #pragma once
 #include "common.cuh"
+#include "mma.cuh"
 
 namespace mstar::gpu {
 
@@ -173,6 +174,114 @@ __device__ __forceinline__ void addDeltas(const LoraDelta& d, int64_t r, int32_t
   loraDeltas<T, N>(d, r, slot, o, acc);
 #pragma unroll
   for (int e = 0; e < N; ++e) y[e] = toF(fromF<T>(y[e] + acc[e]));
+}
+
+// Tensor-core deltas: a tile of 16 outputs (one slice) by 8 rows is one mma.m16n8k16 a 16 rank
+// entries, the outputs as M, the rows as N, the rank as K. A is bT's slice, an 8 x 8 tile a
+// 4-byte load a lane, turned k-minor by movmatrix; B is the rows' t, two rank entries of one row
+// a 4-byte load. A warp's 128 deltas then cost some 20 instructions a lane, not the 16 FMAs and
+// conversions an output of the loops above (siluMul at 8 rows of Qwen3-0.6B: ~1070 instructions
+// a warp, the warps too few to hide their latencies).
+__device__ __forceinline__ uint32_t load32(const void* p) { return *static_cast<const uint32_t*>(p); }
+
+// Whether the tensor-core deltas can take d (of bf16 elements): bT's and t's 4-byte loads line
+// up, the rank is a multiple of 8 (a K tile's upper half may be zeros), and 16-output tiles fill
+// the slices of `width` outputs.
+inline bool deltaTilesOf(const LoraDelta& d, int64_t width) { return width % 16 == 0 && deltaRunsOf(d, 8, 2); }
+
+// Where NT tiles of 16 outputs o0[j] .. o0[j] + 15 over rows r0 .. r0 + 7 take their deltas
+// from, found before awaitPrior (sliceStarts are the pool's, slotOfRow a step's input), which
+// also sends bT's lines for the slot of row r0 towards L2 (as prefetchDeltas does: the loads
+// after the wait then find them there). Every lane of the warp calls it.
+template <int NT>
+struct TilePlan {
+  int64_t o0[NT], s[NT];  // each tile's first output and slice
+  int64_t r0, n;          // the tiles' first row; rows from n on have no delta
+  int32_t rowSlot;        // the slot of the lane's row of B, r0 + lane / 4 (0 past n)
+  bool oneSlice;          // every tile within one slice (else an output at a time)
+};
+template <int NT>
+__device__ __forceinline__ TilePlan<NT> tilePlan(const LoraDelta& d, const int64_t (&o0)[NT], int64_t r0, int64_t n) {
+  TilePlan<NT> p;
+  p.r0 = r0;
+  p.n = n;
+  const int64_t row = r0 + threadIdx.x % 32 / 4;
+  p.rowSlot = row < n ? d.slotOfRow[row] : 0;
+  p.oneSlice = true;
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    p.o0[j] = o0[j];
+    p.s[j] = sliceOf(d.sliceStarts, d.numSlices, o0[j]);
+    p.oneSlice = p.oneSlice && p.s[j] < d.numSlices && p.s[j] == sliceOf(d.sliceStarts, d.numSlices, o0[j] + 15);
+  }
+  // A line holds 4 tiles' columns of a rank entry: the warp whose tile starts it sends it, lane k
+  // entry k.
+  const int32_t slot = __shfl_sync(~0u, p.rowSlot, 0);
+  if (!p.oneSlice || slot <= 0 || slot >= d.numSlots) return p;
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    if (o0[j] % 64 != 0) continue;
+    const bf16* b = static_cast<const bf16*>(d.bT) + (int64_t(slot) * d.numSlices + p.s[j]) * d.rank * d.ldb + o0[j];
+    for (int64_t k = threadIdx.x % 32; k < d.rank; k += 32) prefetchL2(b + k * d.ldb);
+  }
+  return p;
+}
+
+// The deltas of the planned tiles into acc[j][0..3] (mma.cuh's D): outputs o0[j] + g, rows
+// r0 + 2q and r0 + 2q + 1; o0[j] + g + 8, the same rows (a row from n on: the last row's). A row
+// of slot 0 or a slot out of range has none. Rows of several slots take a round each (the loads
+// of one round go out together); tiles across slices (no layout the pool makes), an output at a
+// time.
+template <int NT>
+__device__ __forceinline__ void deltaTiles(const LoraDelta& d, const TilePlan<NT>& p, float (&acc)[NT][4]) {
+  const int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+  if (!p.oneSlice) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int64_t r = min(p.r0 + 2 * q + e % 2, p.n - 1);
+      int64_t o[NT];
+      float one[NT];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) o[j] = p.o0[j] + g + 8 * (e / 2);
+      loraDeltas<bf16, NT>(d, r, d.slotOfRow[r], o, one);
+#pragma unroll
+      for (int j = 0; j < NT; ++j) acc[j][e] = one[j];
+    }
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[j][e] = 0;
+  const bool has = p.rowSlot > 0 && p.rowSlot < d.numSlots;
+  const bf16* t = static_cast<const bf16*>(d.t) + min(p.r0 + g, p.n - 1) * d.ldt + 2 * q;
+  for (unsigned pending = __ballot_sync(~0u, has); pending;) {
+    const int32_t slot = __shfl_sync(~0u, p.rowSlot, __ffs(pending) - 1);
+    const bool mine = has && p.rowSlot == slot;
+    pending &= ~__ballot_sync(~0u, mine);
+    for (int64_t k0 = 0; k0 < d.rank; k0 += 16) {
+      const bool upper = k0 + 8 < d.rank;  // the same for the whole warp
+      uint32_t a[NT][4], b[NT][2];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const int64_t c = (int64_t(slot) * d.numSlices + p.s[j]) * d.rank + k0;
+        const bf16* bT = static_cast<const bf16*>(d.bT) + (c + g) * d.ldb + p.o0[j] + 2 * q;
+        const bf16* bTUpper = bT + 8 * d.ldb;
+        a[j][0] = load32(bT);
+        a[j][1] = load32(bT + 8);
+        a[j][2] = upper ? load32(bTUpper) : 0;
+        a[j][3] = upper ? load32(bTUpper + 8) : 0;
+        b[j][0] = mine ? load32(t + c) : 0;
+        b[j][1] = mine && upper ? load32(t + c + 8) : 0;
+      }
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const uint32_t aK[4] = {transposed8x8(a[j][0]), transposed8x8(a[j][1]), transposed8x8(a[j][2]),
+                                transposed8x8(a[j][3])};
+        mma(acc[j], aK, b[j][0], b[j][1]);
+      }
+    }
+  }
 }
 
 }  // namespace mstar::gpu

@@ -1,6 +1,6 @@
-// The one tensor-core instruction the kernels use (sm_80 and up): mma.m16n8k16, bf16 in,
-// f32 accumulators. Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16"), with
-// g = lane / 4 and q = lane % 4:
+// The tensor-core instructions the kernels use (sm_80 and up): mma.m16n8k16, bf16 in, f32
+// accumulators, and movmatrix to transpose a fragment. Fragment layouts (PTX ISA, "Matrix
+// Fragments for mma.m16n8k16"), with g = lane / 4 and q = lane % 4:
 //   A (16 x 16, row-major), a[0..3]: (row g, k 2q..2q+1), (row g+8, k 2q..), (row g, k 2q+8..),
 //     (row g+8, k 2q+8..)
 //   B (16 x 8, column-major), b0, b1: (k 2q..2q+1, column g), (k 2q+8..2q+9, column g)
@@ -16,6 +16,15 @@ __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint3
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// An 8 x 8 tile of 16-bit elements held as the warp's fragment (lane: row lane / 4, columns
+// 2 (lane % 4) and the next, in v), transposed: the lane then holds the transpose's such pair.
+// An A fragment from a matrix stored k-major (A's columns as rows) takes one per 8 x 8 tile.
+__device__ __forceinline__ uint32_t transposed8x8(uint32_t v) {
+  uint32_t t;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(t) : "r"(v));
+  return t;
 }
 
 }  // namespace mstar::gpu

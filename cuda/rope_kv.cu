@@ -3,6 +3,8 @@
 // paged-cache slot. It replaces headRmsNorm + rope + kvWrite (three launches a layer) and
 // rounds between the stages as those do (qkv is stored in the activation type after each),
 // so either path gives the same values.
+#include <type_traits>
+
 #include "common.cuh"
 #include "lora_delta.cuh"
 
@@ -11,39 +13,94 @@ namespace {
 
 constexpr int kMaxWarps = 8;
 
-// One warp per (token, head) over the q heads, the k heads, then the v heads of fused qkv
-// rows, in place: q and k take their delta, norm and RoPE, k and v go to their paged-cache
-// slot (v, with a delta, back to qkv too). A head's row goes through shared memory because
-// RoPE pairs dim i with i + half, which another lane may hold. (A v row taken by its k head's
-// warp made that warp's delta two round trips, one after the other.)
+// What both kernels take besides the delta.
 template <typename T, typename C, typename W>
-__global__ __launch_bounds__(kMaxWarps * 32) void ropeKvKernel(T* qkv, const int32_t* positions, const float* invFreq,
-                                                               int half, const W* qNorm, const W* kNorm, float eps,
-                                                               C* kCache, C* vCache, const int32_t* slots,
-                                                               int64_t numSlots, int64_t n, HeadLayout l,
-                                                               int64_t rowWidth, LoraDelta delta, bool deltaVec) {
+struct RopeKvArgs {
+  T* qkv;
+  const int32_t* positions;
+  const float* invFreq;
+  int half;
+  const W* qNorm;
+  const W* kNorm;
+  float eps;
+  C* kCache;
+  C* vCache;
+  const int32_t* slots;
+  int64_t numSlots, n;
+  HeadLayout l;
+  int64_t rowWidth;
+};
+
+// Token t's head h once its row, with any delta (rounded as qkv stores it), is in row[] (the
+// warp's own, in shared memory; ss its sum of squares, the warp's lanes' parts): a v row goes
+// back to qkv where a delta changed it, and to the token's paged-cache slot; q and k take their
+// norm and RoPE (at pos) into qkv, k into the cache too. (The callers load pos and slot before
+// the row's work: nothing waits on them first.)
+template <typename T, typename C, typename W>
+__device__ __forceinline__ void finishHead(const RopeKvArgs<T, C, W>& a, int64_t t, int h, float* row, float ss,
+                                           bool hasDelta, float pos, int64_t tokenSlot) {
+  const int lane = threadIdx.x % 32, hd = a.l.headDim;
+  const bool isQ = h < a.l.numHeads, isV = h >= a.l.numHeads + a.l.numKvHeads;
+  T* x = a.qkv + t * a.rowWidth + int64_t(h) * hd;
+  const W* norm = isQ ? a.qNorm : a.kNorm;
+  const int64_t slot = isQ ? -1 : tokenSlot;
+  const bool cache = slot >= 0 && slot < a.numSlots;
+  C* cacheRow = (isV ? a.vCache : a.kCache) + slot * a.l.numKvHeads * hd +
+                int64_t(h - a.l.numHeads - (isV ? a.l.numKvHeads : 0)) * hd;
+  __syncwarp();
+  if (isV) {  // no norm, no RoPE
+    for (int d = lane; d < hd; d += 32) {
+      const T stored = fromF<T>(row[d]);
+      if (hasDelta) x[d] = stored;
+      if (cache) cacheRow[d] = fromF<C>(toF(stored));
+    }
+    return;
+  }
+  if (norm) {
+    const float r = 1.0f / sqrtf(warpSum(ss) / float(hd) + a.eps);
+    for (int d = lane; d < hd; d += 32) row[d] = toF(fromF<T>(toF(norm[d]) * (row[d] * r)));
+  }
+  __syncwarp();
+  // Dim d's value v, rotated or not, to qkv, and a k head's to the cache.
+  auto store = [&](int d, float v) {
+    const T stored = fromF<T>(v);
+    x[d] = stored;
+    if (cache) cacheRow[d] = fromF<C>(toF(stored));
+  };
+  // RoPE turns dims i and i + half by one angle: one (precise) sincos for both. In a
+  // 4k-token prefill, a sin and a cos for every dim were most of this kernel's time.
+  for (int i = lane; i < a.half; i += 32) {
+    float s, c;
+    sincosf(pos * a.invFreq[i], &s, &c);
+    const float x0 = row[i], x1 = row[i + a.half];
+    store(i, x0 * c - x1 * s);
+    store(i + a.half, x1 * c + x0 * s);
+  }
+  for (int d = 2 * a.half + lane; d < hd; d += 32) store(d, row[d]);  // past the rotary dims
+}
+
+// One warp per (token, head) over the q heads, the k heads, then the v heads of fused qkv
+// rows, in place. A head's row goes through shared memory because RoPE pairs dim i with
+// i + half, which another lane may hold. (A v row taken by its k head's warp made that warp's
+// delta two round trips, one after the other.)
+template <typename T, typename C, typename W>
+__global__ __launch_bounds__(kMaxWarps * 32) void ropeKvKernel(RopeKvArgs<T, C, W> a, LoraDelta delta, bool deltaVec) {
   extern __shared__ float rows[];  // [warps][headDim]: each warp's head row
   const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int heads = l.numHeads + 2 * l.numKvHeads, hd = l.headDim;
-  const int64_t j = min(blockIdx.x * int64_t(warps) + warp, n * heads - 1);
+  const int heads = a.l.numHeads + 2 * a.l.numKvHeads, hd = a.l.headDim;
+  const int64_t j = min(blockIdx.x * int64_t(warps) + warp, a.n * heads - 1);
   const int64_t t = j / heads;
   const int h = int(j % heads);
-  const bool isQ = h < l.numHeads, isV = h >= l.numHeads + l.numKvHeads;
   const int64_t col = int64_t(h) * hd;
   const int32_t loraSlot = delta.t ? delta.slotOfRow[t] : 0;
   const DeltaPlan plan = deltaPlan(delta, deltaVec, loraSlot, col, col + hd);
   for (int d = lane; d < hd; d += 32) prefetchDeltas<T>(delta, plan, col + d);
   awaitPrior();
-  if (blockIdx.x * int64_t(warps) + warp >= n * heads) return;  // whole warps leave together; no block-wide sync below
-  T* x = qkv + t * rowWidth + col;
+  if (blockIdx.x * int64_t(warps) + warp >= a.n * heads) return;  // whole warps leave together; no block-wide sync below
+  const T* x = a.qkv + t * a.rowWidth + col;
   float* row = rows + warp * hd;
-
-  const float pos = float(positions[t]);  // loaded early: nothing below waits on it first
-  const W* norm = isQ ? qNorm : kNorm;
-  const int64_t slot = isQ ? -1 : slots[t];
-  const bool cache = slot >= 0 && slot < numSlots;
-  C* cacheRow = (isV ? vCache : kCache) + slot * l.numKvHeads * hd +
-                int64_t(h - l.numHeads - (isV ? l.numKvHeads : 0)) * hd;
+  const float pos = float(a.positions[t]);
+  const int64_t slot = a.slots[t];
   // The head's row with its delta into shared memory, kDims consecutive dims a lane a round (a
   // delta's loads of bT then cover the lane's dims at once).
   constexpr int kDims = 4;
@@ -60,36 +117,51 @@ __global__ __launch_bounds__(kMaxWarps * 32) void ropeKvKernel(T* qkv, const int
         ss += v[e] * v[e];
       }
   }
-  __syncwarp();
-  if (isV) {  // no norm, no RoPE
-    for (int d = lane; d < hd; d += 32) {
-      const T stored = fromF<T>(row[d]);
-      if (delta.t) x[d] = stored;
-      if (cache) cacheRow[d] = fromF<C>(toF(stored));
-    }
-    return;
+  finishHead(a, t, h, row, ss, delta.t != nullptr, pos, slot);
+}
+
+// ropeKvKernel with an adapted bf16 qkv's deltas on tensor cores (deltaTilesOf): a block takes
+// one head of 8 tokens, a warp a tile of 16 dims (deltaTiles; headDim / 16 warps, up to 32), the
+// rows with their deltas going to shared memory; then a warp a token finishes the head. (With
+// each lane's 4 dims of 16 rank entries in FMAs, after the GEMM at 8 / 64 rows of Qwen3-0.6B,
+// the op took 0.95 / 2.2 us over the plain one; tiles, 0.7 / 1.3.)
+template <typename C, typename W>
+__global__ __launch_bounds__(1024) void ropeKvTilesKernel(RopeKvArgs<bf16, C, W> a, LoraDelta delta) {
+  extern __shared__ float rows[];  // [8][headDim]: the 8 tokens' head rows
+  __shared__ float pos[8];
+  __shared__ int64_t slot[8];
+  const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+  const int h = blockIdx.x, hd = a.l.headDim;
+  const int64_t r0 = blockIdx.y * int64_t(8), col = int64_t(h) * hd;
+  const int64_t o0[1] = {col + 16 * warp};  // the warp's tile: dims 16 warp ..
+  const TilePlan<1> plan = tilePlan(delta, o0, r0, a.n);
+  awaitPrior();
+  if (threadIdx.x < 8) {
+    const int64_t t = min(r0 + threadIdx.x, a.n - 1);
+    pos[threadIdx.x] = float(a.positions[t]);
+    slot[threadIdx.x] = a.slots[t];
   }
-  if (norm) {
-    const float r = 1.0f / sqrtf(warpSum(ss) / float(hd) + eps);
-    for (int d = lane; d < hd; d += 32) row[d] = toF(fromF<T>(toF(norm[d]) * (row[d] * r)));
+  // The lane's 4 (token, dim) pairs: tokens 2q, 2q + 1, dims 16 warp + g, + g + 8 (mma.cuh's D).
+  int tok[4], d[4];
+  float y[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    tok[e] = 2 * q + e % 2;
+    d[e] = 16 * warp + g + 8 * (e / 2);
+    y[e] = toF(a.qkv[min(r0 + tok[e], a.n - 1) * a.rowWidth + col + d[e]]);
   }
-  __syncwarp();
-  // Dim d's value v, rotated or not, to qkv, and a k head's to the cache.
-  auto store = [&](int d, float v) {
-    const T stored = fromF<T>(v);
-    x[d] = stored;
-    if (cache) cacheRow[d] = fromF<C>(toF(stored));
-  };
-  // RoPE turns dims i and i + half by one angle: one (precise) sincos for both. In a
-  // 4k-token prefill, a sin and a cos for every dim were most of this kernel's time.
-  for (int i = lane; i < half; i += 32) {
-    float s, c;
-    sincosf(pos * invFreq[i], &s, &c);
-    const float a = row[i], b = row[i + half];
-    store(i, a * c - b * s);
-    store(i + half, b * c + a * s);
+  float acc[1][4];
+  deltaTiles(delta, plan, acc);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) rows[tok[e] * hd + d[e]] = toF(fromF<bf16>(y[e] + acc[0][e]));
+  __syncthreads();
+  for (int k = warp; k < 8 && r0 + k < a.n; k += warps) {
+    float* row = rows + k * hd;
+    float ss = 0;
+    for (int i = lane; i < hd; i += 32) ss += row[i] * row[i];
+    finishHead(a, r0 + k, h, row, ss, true, pos[k], slot[k]);
+    __syncwarp();
   }
-  for (int d = 2 * half + lane; d < hd; d += 32) store(d, row[d]);  // past the rotary dims
 }
 
 }  // namespace
@@ -97,22 +169,30 @@ __global__ __launch_bounds__(kMaxWarps * 32) void ropeKvKernel(T* qkv, const int
 void ropeKvWrite(DType act, void* qkv, const int32_t* positions, const float* invFreq, int half, const Weights* qNorm,
                  const Weights* kNorm, float eps, KvCache c, const int32_t* slots, int64_t n, HeadLayout l,
                  const LoraDelta& d) {
-  const int64_t warps = n * (l.numHeads + 2 * l.numKvHeads);
+  const int heads = l.numHeads + 2 * l.numKvHeads;
+  const int64_t warps = n * heads;
   if (warps == 0) return;
-  // Few rows (decode): blocks of 2 warps, so that a delta's bT spreads over more SMs (a block of
-  // 8 at one row read a sixth of Qwen3-8B's 196 KB through one SM's share of L2).
-  const int perBlock = warps >= int64_t(kMaxWarps) * smCount() ? kMaxWarps : 2;
-  const size_t shared = size_t(perBlock) * l.headDim * sizeof(float);
   withAct(act, [&](auto tt) {
     withAct(c.dtype, [&](auto ct) {
       withFloat(qNorm ? qNorm->dtype : DType::F32, [&](auto wt) {
         using T = decltype(tt);
         using C = decltype(ct);
         using W = decltype(wt);
-        launch("ropeKvWrite kernel", ropeKvKernel<T, C, W>, blocksFor(warps, perBlock), perBlock * 32, shared,
-            static_cast<T*>(qkv), positions, invFreq, half, qNorm ? static_cast<const W*>(qNorm->data) : nullptr,
-            kNorm ? static_cast<const W*>(kNorm->data) : nullptr, eps, static_cast<C*>(c.k), static_cast<C*>(c.v),
-            slots, c.numBlocks * c.blockSize, n, l, l.stride(), d, l.headDim % 4 == 0 && deltaRunsOf(d, 4, sizeof(T)));
+        const RopeKvArgs<T, C, W> a{static_cast<T*>(qkv), positions, invFreq, half,
+            qNorm ? static_cast<const W*>(qNorm->data) : nullptr, kNorm ? static_cast<const W*>(kNorm->data) : nullptr,
+            eps, static_cast<C*>(c.k), static_cast<C*>(c.v), slots, c.numBlocks * c.blockSize, n, l, l.stride()};
+        if constexpr (std::is_same_v<T, bf16>) {
+          if (d.t && deltaTilesOf(d, l.headDim) && l.headDim <= 512) {
+            const dim3 grid{unsigned(heads), unsigned((n + 7) / 8)};
+            return launch("ropeKvWrite kernel", ropeKvTilesKernel<C, W>, grid, l.headDim / 16 * 32,
+                size_t(8) * l.headDim * sizeof(float), a, d);
+          }
+        }
+        // Few rows (decode): blocks of 2 warps, so that a delta's bT spreads over more SMs (a block
+        // of 8 at one row read a sixth of Qwen3-8B's 196 KB through one SM's share of L2).
+        const int perBlock = warps >= int64_t(kMaxWarps) * smCount() ? kMaxWarps : 2;
+        launch("ropeKvWrite kernel", ropeKvKernel<T, C, W>, blocksFor(warps, perBlock), perBlock * 32,
+            size_t(perBlock) * l.headDim * sizeof(float), a, d, l.headDim % 4 == 0 && deltaRunsOf(d, 4, sizeof(T)));
       });
     });
   });

@@ -29,11 +29,17 @@ function deltaPair(act: 'f32' | 'bf16', rng: Rng, n: number, starts: number[], R
 describeGpu('cuda LoRA deltas', () => {
   describe.each(ACTS)('%s activations', (act) => {
     // 33 x 8192 at rank 16 (and f32's 9 x 8192): rows two a block (over 8 MiB of bT re-read),
-    // pairs of one slot and not.
-    const siluCases = [[1, 3072, 16, false], [5, 100, 8, false], [33, 1024, 16, false], [33, 8192, 16, true], [9, 8192, 16, false]] as const;
-    it.each(siluCases)('siluMul: %i rows, inter %i, rank %i, pairs of one slot %s', (n, inter, R, pairs) => {
+    // pairs of one slot and not. bf16 widths of 16 take tensor-core tiles of 8 rows (ranks 8
+    // and 32: half a K tile, two tiles); 100 does not.
+    const siluCases = [[1, 3072, 16, false], [5, 100, 8, false], [33, 1024, 16, false], [33, 8192, 16, true], [9, 8192, 16, false],
+      [7, 256, 8, true], [12, 528, 32, false]] as const;
+    // Slices that split a 16-column tile (no layout the pool makes): bf16 takes such a tile an
+    // output at a time.
+    const oddSlices = (inter: number) => [0, inter - 24, 2 * inter];
+    it.each([...siluCases.map((c) => [...c, false] as const), [9, 64, 16, false, true] as const])(
+      'siluMul: %i rows, inter %i, rank %i, pairs of one slot %s, odd slices %s', (n, inter, R, pairs, odd) => {
       const rng = new Rng(n + inter + R);
-      const d = deltaPair(act, rng, n, [0, inter, 2 * inter], R, pairs);
+      const d = deltaPair(act, rng, n, odd ? oddSlices(inter) : [0, inter, 2 * inter], R, pairs);
       const y = withShrink(n, 2 * inter, rounded(act, rng.floats(n * 2 * inter, -3, 3)), d.t, d.bCols);
       const cpu = addon.empty('f32', [n, inter]), cuda = addon.empty(act, [n, inter], 'cuda');
       addon.siluMul(cpu, onCpu([n, 2 * inter + d.bCols], y), ...d.cpu);
@@ -54,10 +60,12 @@ describeGpu('cuda LoRA deltas', () => {
       expectClose(floats(outCuda), floats(outCpu), 2 * tol(act, true));
     });
 
-    it.each([[1, 4, 2, 128, 16], [6, 8, 2, 64, 8], [3, 6, 2, 128, 16]])('ropeKvWrite: %i rows, %i/%i heads of %i, rank %i', (n, H, K, hd, R) => {
+    // bf16 takes tensor-core tiles of 8 tokens a block: 19 tokens end in a partial tile.
+    it.each([[1, 4, 2, 128, 16, false], [6, 8, 2, 64, 8, false], [3, 6, 2, 128, 16, false], [19, 4, 2, 128, 32, false],
+      [10, 4, 2, 64, 16, true]])('ropeKvWrite: %i rows, %i/%i heads of %i, rank %i, odd slices %s', (n, H, K, hd, R, odd) => {
       const rng = new Rng(3 * n + H + hd + R);
       const qkvW = (H + 2 * K) * hd;
-      const d = deltaPair(act, rng, n, [0, H * hd, (H + K) * hd, qkvW], R);
+      const d = deltaPair(act, rng, n, odd ? [0, H * hd - 24, (H + K) * hd + 8, qkvW] : [0, H * hd, (H + K) * hd, qkvW], R);
       const y = withShrink(n, qkvW, rounded(act, rng.floats(n * qkvW)), d.t, d.bCols);
       const inv = Float32Array.from({ length: hd / 2 }, (_, i) => 10000 ** (-(2 * i) / hd));
       const norm = rng.floats(hd, 0.5, 1.5), pos = Array.from({ length: n }, (_, i) => 3 * i + 1);
