@@ -122,9 +122,9 @@ __global__ __launch_bounds__(kMaxWarps * 32) void ropeKvKernel(RopeKvArgs<T, C, 
 
 // ropeKvKernel with an adapted bf16 qkv's deltas on tensor cores (deltaTilesOf): a block takes
 // one head of 8 tokens, a warp a tile of 16 dims (deltaTiles; headDim / 16 warps, up to 32), the
-// rows with their deltas going to shared memory; then a warp a token finishes the head. (With
-// each lane's 4 dims of 16 rank entries in FMAs, after the GEMM at 8 / 64 rows of Qwen3-0.6B,
-// the op took 0.95 / 2.2 us over the plain one; tiles, 0.7 / 1.3.)
+// rows with their deltas going to shared memory; then a warp a token finishes the head. (H200,
+// bench/lora_ops.mjs, Qwen3-0.6B's qkv GEMM with this op against the plain pair, at 8 / 64
+// rows: +0.95 / +2.2 us with each lane's 4 dims of 16 rank entries in FMAs; +0.6 / +1.6 here.)
 template <typename C, typename W>
 __global__ __launch_bounds__(1024) void ropeKvTilesKernel(RopeKvArgs<bf16, C, W> a, LoraDelta delta) {
   extern __shared__ float rows[];  // [8][headDim]: the 8 tokens' head rows
