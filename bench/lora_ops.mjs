@@ -34,7 +34,7 @@ function projection(inF, starts) {
   const copies = copiesPast(bf16([out + bCols, width], 1), L2_PAST, 4);
   return {
     out, bCols, inF, copies, plain: copies.map((c) => c.narrow(0, out)), bTs: copiesPast(bf16([bCols, out], 2), L2_PAST, 4),
-    starts: i32(starts), ranks: addon.fromArray('i32', [SLOTS, slices], new Int32Array(SLOTS * slices).fill(R), 'cuda'),
+    starts: Int32Array.from(starts), ranks: addon.fromArray('i32', [SLOTS, slices], new Int32Array(SLOTS * slices).fill(R), 'cuda'),
   };
 }
 
@@ -90,6 +90,6 @@ for (const [model, hidden, inter, H, K, hd] of MODELS) {
     }
     for (const t of [rowSlots, positions, slots, x, attn, residual, out, act, yQkv, yO, yGu, plainQkv, plainGu]) t.dispose();
   }
-  for (const p of [qkv, o, gu, ...(down ? [down] : [])]) [...p.copies, ...p.plain, ...p.bTs, p.starts, p.ranks].forEach((t) => t.dispose());
+  for (const p of [qkv, o, gu, ...(down ? [down] : [])]) [...p.copies, ...p.plain, ...p.bTs, p.ranks].forEach((t) => t.dispose());
   for (const t of [norm, headNorm, invFreq, kCache, vCache]) t.dispose();
 }

@@ -92,19 +92,18 @@ __global__ void siluMulDeltaKernel(T* out, const T* gateUp, int64_t ldg, int64_t
 constexpr int kTileWarps = 2;
 __global__ void siluMulDeltaTilesKernel(bf16* out, const bf16* gateUp, int64_t ldg, int64_t n, int64_t inter,
                                         LoraDelta delta) {
-  const int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
   const int64_t i0 = (blockIdx.x * int64_t(kTileWarps) + threadIdx.x / 32) * 16, r0 = blockIdx.y * int64_t(8);
   const int64_t o0[2] = {i0, inter + i0};
   const TilePlan<2> plan = tilePlan(delta, o0, r0, n);
   awaitPrior();
   if (i0 >= inter) return;  // whole warps
-  // The lane's four (row, column) pairs: rows 2q and 2q + 1, columns g and g + 8 (mma.cuh's D).
+  // The lane's four (row, column) pairs, as its deltas' (tileRow, tileOutput).
   int64_t r[4], i[4];
   float gate[4], up[4];
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
-    r[e] = min(r0 + 2 * q + e % 2, n - 1);
-    i[e] = i0 + g + 8 * (e / 2);
+    r[e] = min(r0 + tileRow(e), n - 1);
+    i[e] = i0 + tileOutput(e);
     gate[e] = toF(gateUp[r[e] * ldg + i[e]]);
     up[e] = toF(gateUp[r[e] * ldg + inter + i[e]]);
   }
@@ -112,7 +111,7 @@ __global__ void siluMulDeltaTilesKernel(bf16* out, const bf16* gateUp, int64_t l
   deltaTiles(delta, plan, acc);
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
-    if (r0 + 2 * q + e % 2 >= n) continue;
+    if (r0 + tileRow(e) >= n) continue;
     out[r[e] * inter + i[e]] = silu<bf16>(toF(fromF<bf16>(gate[e] + acc[0][e])), toF(fromF<bf16>(up[e] + acc[1][e])));
   }
 }

@@ -168,14 +168,6 @@ inline bool runsOf8(const void* p, int64_t in, size_t elem) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0 && in % 8 == 0 && (in * int64_t(elem)) % 16 == 0;
 }
 
-// The slice of a fused weight's output o: s with starts[s] <= o < starts[s + 1] (starts has
-// numSlices + 1 entries, in device memory); numSlices where none holds o.
-__device__ __forceinline__ int64_t sliceOf(const int32_t* starts, int64_t numSlices, int64_t o) {
-  int64_t s = 0;
-  while (s < numSlices && !(starts[s] <= o && o < starts[s + 1])) ++s;
-  return s;
-}
-
 // Element i of a float tensor whose dtype is only known at run time (cold paths only).
 __device__ __forceinline__ float loadAny(const void* p, DType t, int64_t i) {
   switch (t) {

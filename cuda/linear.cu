@@ -39,24 +39,24 @@ constexpr int kMaxGemvRows = 4;
 template <typename T, int NR>
 struct LaneExpand {
   float t[NR], b[NR];  // rank entry k = lane per row; 0 where there is none
-  int slice;           // numSlices: a column outside every slice gets nothing
+  int slice;           // slices.count: a column outside every slice gets nothing
 
   // Row r's rank in this slice and where its B row starts; 0: the row has no adapter.
   __device__ int64_t rowRank(const LoraExpandArgs& e, int r, int64_t o, int64_t outF, int64_t& bRow) const {
     const int32_t slot = e.slotOfRow[r];
-    if (slice == e.numSlices || slot <= 0 || slot >= e.numSlots) return 0;
-    bRow = ((o * e.numSlots + slot) * e.numSlices + slice) * e.rank;  // b: [outF, slots, slices * rank]
+    if (slice == e.slices.count || slot <= 0 || slot >= e.numSlots) return 0;
+    bRow = ((o * e.numSlots + slot) * e.slices.count + slice) * e.rank;  // b: [outF, slots, slices * rank]
     return e.ranks.ranks ? min(e.rank, int64_t(e.ranks.ranks[int64_t(slot) * e.ranks.slices + slice])) : e.rank;
   }
 
   __device__ void load(const LoraExpandArgs& e, int64_t o, int n, int64_t outF, int lane) {
-    slice = int(sliceOf(e.sliceStarts, e.numSlices, o));
+    slice = e.slices.of(o);
 #pragma unroll
     for (int r = 0; r < NR; ++r) {
       t[r] = b[r] = 0;
       int64_t bRow;
       if (r < n && lane < rowRank(e, r, o, outF, bRow)) {
-        t[r] = toF(static_cast<const T*>(e.t)[(r * e.numSlices + slice) * e.rank + lane]);
+        t[r] = toF(static_cast<const T*>(e.t)[(r * e.slices.count + slice) * e.rank + lane]);
         b[r] = loadAny(e.b.data, e.b.dtype, bRow + lane);
       }
     }
@@ -72,7 +72,7 @@ struct LaneExpand {
       int64_t bRow;
       const int64_t used = rowRank(e, r, o, outF, bRow);
       for (int64_t k = lane + 32; k < used; k += 32)
-        acc[r] += toF(static_cast<const T*>(e.t)[(r * e.numSlices + slice) * e.rank + k]) *
+        acc[r] += toF(static_cast<const T*>(e.t)[(r * e.slices.count + slice) * e.rank + k]) *
                   loadAny(e.b.data, e.b.dtype, bRow + k);
     }
   }
@@ -295,8 +295,7 @@ void linearExpand(DType act, void* out, const void* x, Weights w, const Weights*
   if (n <= kMaxGemvRows) return gemv(act, out, x, w, bias, n, in, outF, lora, accumulate);
   if (!accumulate) {
     linear(act, out, x, w, bias, n, in, outF);
-    loraExpand(act, out, lora.t, lora.b, lora.numSlots, lora.slotOfRow, lora.sliceStarts, lora.numSlices, n, outF,
-               lora.rank, lora.ranks);
+    loraExpand(act, out, lora.t, lora.b, lora.numSlots, lora.slotOfRow, lora.slices, n, outF, lora.rank, lora.ranks);
     return;
   }
   // Accumulating, the adapter's delta joins the projection before the sum (added to a bf16
@@ -304,8 +303,8 @@ void linearExpand(DType act, void* out, const void* x, Weights w, const Weights*
   // scratch, and one kernel adds projection + adapter to out.
   Scratch delta(size_t(n * outF) * dtypeSize(act), "linearExpand scratch");
   linear(act, delta.as<void>(), x, w, bias, n, in, outF);
-  loraExpandAdd(act, out, delta.as<void>(), lora.t, lora.b, lora.numSlots, lora.slotOfRow, lora.sliceStarts,
-                lora.numSlices, n, outF, lora.rank, lora.ranks);
+  loraExpandAdd(act, out, delta.as<void>(), lora.t, lora.b, lora.numSlots, lora.slotOfRow, lora.slices, n, outF,
+                lora.rank, lora.ranks);
 }
 
 }  // namespace mstar::gpu

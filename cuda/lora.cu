@@ -153,19 +153,19 @@ __global__ void __launch_bounds__(kShrinkThreads)
 // comes from L1 after the tile's first row of that slot. A row's loads (its slot, t's
 // slice, b's row, out) wait for nothing of another thread: staging t in shared memory
 // first made every expand two L2 round trips and a block sync long instead of one.
-// sliceStarts (numSlices + 1 entries) say which rank block each column reads. Columns
+// slices say which rank block each column reads. Columns
 // outside every slice get nothing. With delta: out[r, o] += (delta[r, o] + that), the
 // inner sum rounded first (a projection plus its adapter, then the residual taking it),
 // for every row, slot 0 included. vec: t's and b's rank rows allow 16-byte loads.
 template <typename T, typename W>
 __global__ void __launch_bounds__(kExpandThreads)
     expandKernel(T* __restrict__ out, const T* __restrict__ delta, const T* __restrict__ t, const W* __restrict__ b,
-                 int64_t numSlots, const int32_t* slotOfRow, const int32_t* sliceStarts, int numSlices, int64_t n,
-                 int64_t outF, int64_t rank, int tileRows, bool vec, SlotRanks sr) {
+                 int64_t numSlots, const int32_t* slotOfRow, SliceStarts slices, int64_t n, int64_t outF,
+                 int64_t rank, int tileRows, bool vec, SlotRanks sr) {
   awaitPrior();
   const int64_t o = blockIdx.y * int64_t(blockDim.x) + threadIdx.x;
   if (o >= outF) return;
-  const int s = int(sliceOf(sliceStarts, numSlices, o));
+  const int s = slices.of(o), numSlices = slices.count;
   const int64_t r0 = int64_t(blockIdx.x) * tileRows, r1 = min(n, r0 + tileRows), width = numSlices * rank;
   for (int64_t r = r0; r < r1; ++r) {
     const int32_t slot = slotOfRow[r];
@@ -300,8 +300,8 @@ void loraShrink(DType act, void* t, const void* x, Weights a, int64_t numSlots, 
 }
 
 void loraExpandAdd(DType act, void* out, const void* delta, const void* t, Weights b, int64_t numSlots,
-                   const int32_t* slotOfRow, const int32_t* sliceStarts, int64_t numSlices, int64_t n, int64_t outF,
-                   int64_t rank, SlotRanks ranks) {
+                   const int32_t* slotOfRow, const SliceStarts& slices, int64_t n, int64_t outF, int64_t rank,
+                   SlotRanks ranks) {
   if (n == 0 || outF == 0) return;
   const int64_t tileRows = tileRowsFor(n, blocksFor(outF, kExpandThreads));
   const dim3 grid{unsigned((n + tileRows - 1) / tileRows), blocksFor(outF, kExpandThreads)};
@@ -312,7 +312,7 @@ void loraExpandAdd(DType act, void* out, const void* delta, const void* t, Weigh
       const bool vec = runsOf8(b.data, rank, sizeof(W)) && runsOf8(t, rank, sizeof(T));
       launch("loraExpand kernel", expandKernel<T, W>, grid, kExpandThreads, 0, static_cast<T*>(out),
           static_cast<const T*>(delta), static_cast<const T*>(t), static_cast<const W*>(b.data), numSlots, slotOfRow,
-          sliceStarts, int(numSlices), n, outF, rank, int(tileRows), vec, ranks);
+          slices, n, outF, rank, int(tileRows), vec, ranks);
     });
   });
 }
@@ -329,8 +329,8 @@ void loraJoin(DType act, void* wide, const void* x, const void* s, const int32_t
 }
 
 void loraExpand(DType act, void* out, const void* t, Weights b, int64_t numSlots, const int32_t* slotOfRow,
-                const int32_t* sliceStarts, int64_t numSlices, int64_t n, int64_t outF, int64_t rank, SlotRanks ranks) {
-  loraExpandAdd(act, out, nullptr, t, b, numSlots, slotOfRow, sliceStarts, numSlices, n, outF, rank, ranks);
+                const SliceStarts& slices, int64_t n, int64_t outF, int64_t rank, SlotRanks ranks) {
+  loraExpandAdd(act, out, nullptr, t, b, numSlots, slotOfRow, slices, n, outF, rank, ranks);
 }
 
 void copyRegion(void* dst, DType dt, int64_t dstCols, const void* src, DType st, int64_t rows, int64_t cols,

@@ -20,10 +20,10 @@ inline bool deltaRunsOf(const LoraDelta& d, int v, size_t elem) {
 }
 
 // Where a run of outputs [o0, o1) takes its delta from for `slot`. The consumers find it before
-// awaitPrior: sliceStarts and ranks are the pool's (no op of a step writes them), so the
-// dependent reads of them (the slice search, then the slot's rank) happen while the kernel
-// before still runs, not as round trips of their own between the wait and the loads of t and
-// bT. (loraDeltas, the output-by-output path, finds one an output.)
+// awaitPrior: the slices are parameters and the ranks the pool's (no op of a step writes them),
+// so the read of the slot's rank happens while the kernel before still runs, not as a round
+// trip of its own between the wait and the loads of t and bT. (loraDeltas, the output-by-output
+// path, finds one an output.)
 struct DeltaPlan {
   int64_t c = 0;      // the slot's slice's first column of t and first row of bT
   int64_t used = 0;   // the slot's rank there (0: no delta)
@@ -32,11 +32,11 @@ struct DeltaPlan {
 __device__ __forceinline__ DeltaPlan deltaPlan(const LoraDelta& d, bool vec, int32_t slot, int64_t o0, int64_t o1) {
   DeltaPlan p;
   if (!d.t) return p;
-  const int64_t s = sliceOf(d.sliceStarts, d.numSlices, o0);
-  p.runs = vec && s == sliceOf(d.sliceStarts, d.numSlices, o1 - 1);
-  if (slot <= 0 || slot >= d.numSlots || s >= d.numSlices) return p;
-  p.c = (int64_t(slot) * d.numSlices + s) * d.rank;
-  p.used = d.ranks ? min(d.rank, int64_t(d.ranks[int64_t(slot) * d.numSlices + s])) : d.rank;
+  const int s = d.slices.of(o0);
+  p.runs = vec && s == d.slices.of(o1 - 1);
+  if (slot <= 0 || slot >= d.numSlots || s >= d.slices.count) return p;
+  p.c = (int64_t(slot) * d.slices.count + s) * d.rank;
+  p.used = d.ranks ? min(d.rank, int64_t(d.ranks[int64_t(slot) * d.slices.count + s])) : d.rank;
   return p;
 }
 
@@ -190,7 +190,7 @@ __device__ __forceinline__ uint32_t load32(const void* p) { return *static_cast<
 inline bool deltaTilesOf(const LoraDelta& d, int64_t width) { return width % 16 == 0 && deltaRunsOf(d, 8, 2); }
 
 // Where NT tiles of 16 outputs o0[j] .. o0[j] + 15 over rows r0 .. r0 + 7 take their deltas
-// from, found before awaitPrior (sliceStarts are the pool's, slotOfRow a step's input), which
+// from, found before awaitPrior (slotOfRow is a step's input, no op of the step writes it), which
 // also sends bT's lines for the slot of row r0 towards L2 (as prefetchDeltas does: the loads
 // after the wait then find them there). Every lane of the warp calls it.
 template <int NT>
@@ -211,8 +211,8 @@ __device__ __forceinline__ TilePlan<NT> tilePlan(const LoraDelta& d, const int64
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
     p.o0[j] = o0[j];
-    p.s[j] = sliceOf(d.sliceStarts, d.numSlices, o0[j]);
-    p.oneSlice = p.oneSlice && p.s[j] < d.numSlices && p.s[j] == sliceOf(d.sliceStarts, d.numSlices, o0[j] + 15);
+    p.s[j] = d.slices.of(o0[j]);
+    p.oneSlice = p.oneSlice && p.s[j] < d.slices.count && p.s[j] == d.slices.of(o0[j] + 15);
   }
   // A line holds 4 tiles' columns of a rank entry: the warp whose tile starts it sends it, lane k
   // entry k.
@@ -221,14 +221,19 @@ __device__ __forceinline__ TilePlan<NT> tilePlan(const LoraDelta& d, const int64
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
     if (o0[j] % 64 != 0) continue;
-    const bf16* b = static_cast<const bf16*>(d.bT) + (int64_t(slot) * d.numSlices + p.s[j]) * d.rank * d.ldb + o0[j];
+    const bf16* b = static_cast<const bf16*>(d.bT) + (int64_t(slot) * d.slices.count + p.s[j]) * d.rank * d.ldb + o0[j];
     for (int64_t k = threadIdx.x % 32; k < d.rank; k += 32) prefetchL2(b + k * d.ldb);
   }
   return p;
 }
 
-// The deltas of the planned tiles into acc[j][0..3] (mma.cuh's D): outputs o0[j] + g, rows
-// r0 + 2q and r0 + 2q + 1; o0[j] + g + 8, the same rows (a row from n on: the last row's). A row
+// Where element e of a lane's tile accumulator sits (mma.cuh's D, the outputs as M and the rows
+// as N): the tile's row 2q + e % 2 and output g + 8 (e / 2).
+__device__ __forceinline__ int tileRow(int e) { return 2 * (threadIdx.x % 4) + e % 2; }
+__device__ __forceinline__ int tileOutput(int e) { return threadIdx.x % 32 / 4 + 8 * (e / 2); }
+
+// The deltas of the planned tiles into acc[j][0..3] (tileRow, tileOutput: outputs o0[j] + g,
+// rows r0 + 2q and r0 + 2q + 1; o0[j] + g + 8, the same rows; a row from n on: the last row's). A row
 // of slot 0 or a slot out of range has none. Rows of several slots take a round each (the loads
 // of one round go out together); tiles across slices (no layout the pool makes), an output at a
 // time.
@@ -238,11 +243,11 @@ __device__ __forceinline__ void deltaTiles(const LoraDelta& d, const TilePlan<NT
   if (!p.oneSlice) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int64_t r = min(p.r0 + 2 * q + e % 2, p.n - 1);
+      const int64_t r = min(p.r0 + tileRow(e), p.n - 1);
       int64_t o[NT];
       float one[NT];
 #pragma unroll
-      for (int j = 0; j < NT; ++j) o[j] = p.o0[j] + g + 8 * (e / 2);
+      for (int j = 0; j < NT; ++j) o[j] = p.o0[j] + tileOutput(e);
       loraDeltas<bf16, NT>(d, r, d.slotOfRow[r], o, one);
 #pragma unroll
       for (int j = 0; j < NT; ++j) acc[j][e] = one[j];
@@ -264,7 +269,7 @@ __device__ __forceinline__ void deltaTiles(const LoraDelta& d, const TilePlan<NT
       uint32_t a[NT][4], b[NT][2];
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
-        const int64_t c = (int64_t(slot) * d.numSlices + p.s[j]) * d.rank + k0;
+        const int64_t c = (int64_t(slot) * d.slices.count + p.s[j]) * d.rank + k0;
         const bf16* bT = static_cast<const bf16*>(d.bT) + (c + g) * d.ldb + p.o0[j] + 2 * q;
         const bf16* bTUpper = bT + 8 * d.ldb;
         a[j][0] = load32(bT);

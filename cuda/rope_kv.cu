@@ -130,7 +130,7 @@ __global__ __launch_bounds__(1024) void ropeKvTilesKernel(RopeKvArgs<bf16, C, W>
   extern __shared__ float rows[];  // [8][headDim]: the 8 tokens' head rows
   __shared__ float pos[8];
   __shared__ int64_t slot[8];
-  const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+  const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int h = blockIdx.x, hd = a.l.headDim;
   const int64_t r0 = blockIdx.y * int64_t(8), col = int64_t(h) * hd;
   const int64_t o0[1] = {col + 16 * warp};  // the warp's tile: dims 16 warp ..
@@ -141,13 +141,13 @@ __global__ __launch_bounds__(1024) void ropeKvTilesKernel(RopeKvArgs<bf16, C, W>
     pos[threadIdx.x] = float(a.positions[t]);
     slot[threadIdx.x] = a.slots[t];
   }
-  // The lane's 4 (token, dim) pairs: tokens 2q, 2q + 1, dims 16 warp + g, + g + 8 (mma.cuh's D).
+  // The lane's 4 (token, dim) pairs, as its deltas' (tileRow, tileOutput).
   int tok[4], d[4];
   float y[4];
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
-    tok[e] = 2 * q + e % 2;
-    d[e] = 16 * warp + g + 8 * (e / 2);
+    tok[e] = tileRow(e);
+    d[e] = 16 * warp + tileOutput(e);
     y[e] = toF(a.qkv[min(r0 + tok[e], a.n - 1) * a.rowWidth + col + d[e]]);
   }
   float acc[1][4];

@@ -15,6 +15,7 @@ namespace mstar::gpu {
 
 using cpu::HeadLayout;
 using cpu::LoraDelta;
+using cpu::SliceStarts;
 using cpu::SamplingRows;
 using cpu::Weights;
 
@@ -82,16 +83,15 @@ void logprobs(DType act, float* chosenLp, int32_t* topIds, float* topLp, int64_t
 void loraShrink(DType act, void* t, const void* x, Weights a, int64_t numSlots, const int32_t* slotOfRow, int64_t n,
                 int64_t in, int64_t rankRows, SlotRanks ranks = {}, bool wide = false);
 void loraExpand(DType act, void* out, const void* t, Weights b, int64_t numSlots, const int32_t* slotOfRow,
-                const int32_t* sliceStarts, int64_t numSlices, int64_t n, int64_t outF, int64_t rank,
-                SlotRanks ranks = {});
+                const SliceStarts& slices, int64_t n, int64_t outF, int64_t rank, SlotRanks ranks = {});
 // wide [n, in + numSlots * width] = x [n, in], then s [n, numSlots * width] keeping only the row's
 // slot's width columns (slot 0 or out of range: none): a shrink by every slot at once made a wide row.
 void loraJoin(DType act, void* wide, const void* x, const void* s, const int32_t* slotOfRow, int64_t numSlots,
               int64_t n, int64_t in, int64_t width);
 // out += (delta + the expand), the inner sum rounded first, every row (slot 0: out += delta).
 void loraExpandAdd(DType act, void* out, const void* delta, const void* t, Weights b, int64_t numSlots,
-                   const int32_t* slotOfRow, const int32_t* sliceStarts, int64_t numSlices, int64_t n, int64_t outF,
-                   int64_t rank, SlotRanks ranks = {});
+                   const int32_t* slotOfRow, const SliceStarts& slices, int64_t n, int64_t outF, int64_t rank,
+                   SlotRanks ranks = {});
 // Elements in a wide row (see loraShrink): x's `in`, then rankRows for each slot.
 inline int64_t wideRowWidth(int64_t in, int64_t numSlots, int64_t rankRows) { return in + numSlots * rankRows; }
 
@@ -102,8 +102,8 @@ struct LoraExpandArgs {
   Weights b;  // [numSlots, outF, rank]
   int64_t numSlots;
   const int32_t* slotOfRow;
-  const int32_t* sliceStarts;  // numSlices + 1 entries, in device memory
-  int64_t numSlices, rank;
+  SliceStarts slices;
+  int64_t rank;
   SlotRanks ranks;
 };
 // linear with the expand added before the output is stored (decode GEMV), or linear then

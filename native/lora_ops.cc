@@ -62,29 +62,30 @@ Napi::Value LoraShrink(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// loraExpand(out [n, outF], t [n, S*R], b [outF, slots, S*R], slotOfRow [n], sliceStarts [S+1], slotRanks? [slots, S])
+// loraExpand(out [n, outF], t [n, S*R], b [outF, slots, S*R], slotOfRow [n], sliceStarts (Int32Array, S + 1),
+// slotRanks? [slots, S])
 // (b[o, slot] holds o's slice's R entries at that slice's place, zeros elsewhere: with t's rows
 // spread over every slot's place and zero outside their own, the expand is one GEMM, see
 // loraJoin.)
 Napi::Value LoraExpand(const Napi::CallbackInfo& info) {
   OpArgs a(info, "loraExpand");
   Tensor &out = a.tensor(0, "out"), &t = a.tensor(1, "t"), &w = a.tensor(2, "b");
-  Tensor &slots = a.tensor(3, "slotOfRow"), &starts = a.tensor(4, "sliceStarts");
+  Tensor& slots = a.tensor(3, "slotOfRow");
   Tensor* ranks = a.optionalTensor(5, "slotRanks");
   bool cuda = a.oneDevice();
-  const int64_t numSlices = expectExpand(a, out, t, w, slots, starts), rank = w.dim(2) / numSlices;
-  const int32_t* sr = expectSlotRanks(a, ranks, w.dim(1), numSlices, rank);
+  const cpu::SliceStarts slices = expectExpand(a, out, t, w, slots, 4);
+  const int64_t rank = w.dim(2) / slices.count;
+  const int32_t* sr = expectSlotRanks(a, ranks, w.dim(1), slices.count, rank);
   DType act = out.dtype();
-  const int32_t* st = starts.ptr<int32_t>();
   if (cuda) {
     a.run([&] {
-      gpu::loraExpand(act, out.data(), t.data(), a.weights(w), w.dim(1), slots.ptr<int32_t>(), st, numSlices,
-                      out.dim(0), out.dim(1), rank, {sr, numSlices});
+      gpu::loraExpand(act, out.data(), t.data(), a.weights(w), w.dim(1), slots.ptr<int32_t>(), slices, out.dim(0),
+                      out.dim(1), rank, {sr, slices.count});
     });
     return info.Env().Undefined();
   }
-  cpu::loraExpand(out.ptr<float>(), t.ptr<float>(), a.weights(w), w.dim(1), slots.ptr<int32_t>(), st, numSlices,
-                  out.dim(0), out.dim(1), rank, sr);
+  cpu::loraExpand(out.ptr<float>(), t.ptr<float>(), a.weights(w), w.dim(1), slots.ptr<int32_t>(), slices, out.dim(0),
+                  out.dim(1), rank, sr);
   return info.Env().Undefined();
 }
 
@@ -94,20 +95,20 @@ Napi::Value LinearExpand(const Napi::CallbackInfo& info) {
   OpArgs a(info, "linearExpand");
   Tensor &out = a.tensor(0, "out"), &x = a.tensor(1, "x"), &w = a.tensor(2, "w");
   Tensor* bias = a.optionalTensor(3, "bias");
-  Tensor &t = a.tensor(4, "t"), &lb = a.tensor(5, "b"), &slots = a.tensor(6, "slotOfRow"), &starts = a.tensor(7, "sliceStarts");
+  Tensor &t = a.tensor(4, "t"), &lb = a.tensor(5, "b"), &slots = a.tensor(6, "slotOfRow");
   const bool accumulate = a.flag(8);
   Tensor* ranks = a.optionalTensor(9, "slotRanks");
   bool cuda = a.oneDevice();
   cpu::Weights bw{};
   DType act = expectLinear(a, out, x, w, bias, &bw);
-  const int64_t numSlices = expectExpand(a, out, t, lb, slots, starts), rank = lb.dim(2) / numSlices;
-  const int32_t* sr = expectSlotRanks(a, ranks, lb.dim(1), numSlices, rank);
+  const cpu::SliceStarts slices = expectExpand(a, out, t, lb, slots, 7);
+  const int64_t rank = lb.dim(2) / slices.count;
+  const int32_t* sr = expectSlotRanks(a, ranks, lb.dim(1), slices.count, rank);
   const int64_t n = x.dim(0), in = x.dim(1), outF = w.dim(0);
-  const int32_t* st = starts.ptr<int32_t>();
   if (cuda) {
     a.run([&] {
       gpu::linearExpand(act, out.data(), x.data(), linearWeights(a, w), bias ? &bw : nullptr, n, in, outF,
-                        {t.data(), a.weights(lb), lb.dim(1), slots.ptr<int32_t>(), st, numSlices, rank, {sr, numSlices}},
+                        {t.data(), a.weights(lb), lb.dim(1), slots.ptr<int32_t>(), slices, rank, {sr, slices.count}},
                         accumulate);
     });
     return info.Env().Undefined();
@@ -117,7 +118,7 @@ Napi::Value LinearExpand(const Napi::CallbackInfo& info) {
   std::vector<float> delta(accumulate ? size_t(n * outF) : 0);
   float* y = accumulate ? delta.data() : out.ptr<float>();
   cpu::linear(y, x.ptr<float>(), linearWeights(a, w), bias ? &bw : nullptr, n, in, outF);
-  cpu::loraExpand(y, t.ptr<float>(), a.weights(lb), lb.dim(1), slots.ptr<int32_t>(), st, numSlices, n, outF, rank, sr);
+  cpu::loraExpand(y, t.ptr<float>(), a.weights(lb), lb.dim(1), slots.ptr<int32_t>(), slices, n, outF, rank, sr);
   if (accumulate) cpu::add(out.ptr<float>(), out.ptr<float>(), y, n * outF);
   return info.Env().Undefined();
 }

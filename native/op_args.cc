@@ -30,6 +30,26 @@ int OpArgs::integer(size_t i, const char* name, int min) const {
   return int(v);
 }
 
+cpu::SliceStarts OpArgs::sliceStarts(size_t i, const char* name, int64_t width) const {
+  using cpu::SliceStarts;
+  const std::string what(name);
+  const Napi::Value v = info_[i];
+  if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_int32_array)
+    fail(what + " must be an Int32Array");
+  const Napi::Int32Array starts = v.As<Napi::Int32Array>();
+  const int64_t count = int64_t(starts.ElementLength()) - 1;
+  if (count < 1 || count > SliceStarts::kMax)
+    fail(what + " has " + std::to_string(count + 1) + " entries; it must have 2 to " +
+         std::to_string(SliceStarts::kMax + 1) + " (slices + 1)");
+  SliceStarts s;
+  s.count = int(count);
+  for (int64_t k = 0; k <= count; ++k) s.at[k] = starts[k];
+  if (s.at[0] != 0 || s.at[count] != width) fail(what + " must run from 0 to " + std::to_string(width));
+  for (int64_t k = 0; k < count; ++k)
+    if (s.at[k] > s.at[k + 1]) fail(what + " must not decrease");
+  return s;
+}
+
 void OpArgs::expectDType(const Tensor& t, DType d, const char* name) const {
   if (t.dtype() != d) fail(std::string(name) + " must be " + dtypeName(d) + ", got " + t.describe());
 }

@@ -103,34 +103,26 @@ void expectShrink(OpArgs& a, const Tensor& t, const Tensor& x, const char* xName
   expectSlotOfRow(a, slots, x.dim(0), w.dim(0));
 }
 
-int64_t expectExpand(OpArgs& a, const Tensor& out, const Tensor& t, const Tensor& w, const Tensor& slots,
-                     const Tensor& starts) {
+cpu::SliceStarts expectExpand(OpArgs& a, const Tensor& out, const Tensor& t, const Tensor& w, const Tensor& slots,
+                              size_t startsArg) {
   a.expectAct(out, "out");
   a.expectRank(out, 2, "out");
   a.expectFloat(w, "b");
   a.expectRank(w, 3, "b");
   a.expect(w.dim(0) == out.dim(1), "b " + w.describe() + " ([out, slots, slices * rank]) does not match out " + out.describe());
-  a.expectDType(starts, DType::I32, "sliceStarts");
-  a.expectRank(starts, 1, "sliceStarts");
-  int64_t numSlices = starts.dim(0) - 1;
-  a.expect(numSlices >= 1, "sliceStarts needs at least 2 entries");
-  if (starts.device() == Device::CPU) {  // on CUDA the values stay on the device; columns outside every slice get nothing
-    const int32_t* st = starts.ptr<int32_t>();
-    a.expect(st[0] == 0 && st[numSlices] == out.dim(1), "sliceStarts must run from 0 to out's width");
-    for (int64_t s = 0; s < numSlices; ++s) a.expect(st[s] <= st[s + 1], "sliceStarts must not decrease");
-  }
-  a.expect(w.dim(2) % numSlices == 0, "b " + w.describe() + ": its last dimension must be slices * rank, with " +
-                                          std::to_string(numSlices) + " slices");
+  const cpu::SliceStarts slices = a.sliceStarts(startsArg, "sliceStarts", out.dim(1));
+  a.expect(w.dim(2) % slices.count == 0, "b " + w.describe() + ": its last dimension must be slices * rank, with " +
+                                             std::to_string(slices.count) + " slices");
   a.expectAct(t, "t");
   a.expectShape(t, {out.dim(0), w.dim(2)}, "t ([n, slices * rank])");
   expectSlotOfRow(a, slots, out.dim(0), w.dim(1));
-  return numSlices;
+  return slices;
 }
 
 cpu::LoraDelta expectLoraDelta(OpArgs& a, size_t i, const Tensor& y, int64_t ownCols, const char* yName) {
   Tensor* bT = a.optionalTensor(i, "bT");
   if (!bT) return {};
-  Tensor &slots = a.tensor(i + 1, "slotOfRow"), &starts = a.tensor(i + 2, "sliceStarts"), &ranks = a.tensor(i + 3, "slotRanks");
+  Tensor &slots = a.tensor(i + 1, "slotOfRow"), &ranks = a.tensor(i + 3, "slotRanks");
   a.oneDevice();
   const std::string yDesc = std::string(yName) + " " + y.describe();
   a.expect(y.dtype() == bT->dtype(), "bT " + bT->describe() + " must have the dtype of " + yDesc);
@@ -146,17 +138,13 @@ cpu::LoraDelta expectLoraDelta(OpArgs& a, size_t i, const Tensor& y, int64_t own
            "slotRanks " + ranks.describe() + " must split the " + std::to_string(bCols) + " shrink columns of " + yDesc +
                " evenly into slots and slices");
   const int64_t rank = bCols / (numSlots * numSlices);
-  a.expectDType(starts, DType::I32, "sliceStarts");
-  a.expectShape(starts, {numSlices + 1}, "sliceStarts ([slices + 1])");
-  if (starts.device() == Device::CPU) {
-    const int32_t* st = starts.ptr<int32_t>();
-    a.expect(st[0] == 0 && st[numSlices] == ownCols, "sliceStarts must run from 0 to " + std::to_string(ownCols));
-    for (int64_t s = 0; s < numSlices; ++s) a.expect(st[s] <= st[s + 1], "sliceStarts must not decrease");
-  }
+  const cpu::SliceStarts slices = a.sliceStarts(i + 2, "sliceStarts", ownCols);
+  a.expect(slices.count == numSlices, "sliceStarts has " + std::to_string(slices.count + 1) + " entries, but slotRanks " +
+                                          ranks.describe() + " has " + std::to_string(numSlices) + " slices");
   expectSlotOfRow(a, slots, y.dim(0), numSlots);
   const size_t elem = dtypeSize(y.dtype());
   return {static_cast<const char*>(y.data()) + ownCols * elem, y.dim(1), bT->data(), ownCols, slots.ptr<int32_t>(),
-          starts.ptr<int32_t>(), numSlices, numSlots, rank, expectSlotRanks(a, &ranks, numSlots, numSlices, rank)};
+          slices, numSlots, rank, expectSlotRanks(a, &ranks, numSlots, numSlices, rank)};
 }
 
 const int32_t* expectSlotRanks(const OpArgs& a, const Tensor* ranks, int64_t numSlots, int64_t slices, int64_t maxRank) {

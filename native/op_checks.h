@@ -20,7 +20,7 @@ DType expectAddRmsNorm(OpArgs& a, const Tensor& res, const Tensor& x, const Tens
 
 // The adapter delta an op adds to y, a projection's output (cpu::LoraDelta), from its
 // arguments i .. i + 3: bT [slots * slices * rank, ownCols], slotOfRow [rows of y],
-// sliceStarts [slices + 1] and slotRanks [slots, slices]. y's rows are its ownCols outputs,
+// sliceStarts (an Int32Array of slices + 1) and slotRanks [slots, slices]. y's rows are its ownCols outputs,
 // then its t (slots * slices * rank columns). Absent (argument i null or undefined): no delta.
 cpu::LoraDelta expectLoraDelta(OpArgs& a, size_t i, const Tensor& y, int64_t ownCols, const char* yName);
 
@@ -44,9 +44,9 @@ void expectShrink(OpArgs& a, const Tensor& t, const Tensor& x, const char* xName
                   bool wide = false);
 
 // out [n, outF] += t [n, S*R] · b [outF, slots, S*R] per row's slot and column's slice
-// (sliceStarts [S+1]). Returns S.
-int64_t expectExpand(OpArgs& a, const Tensor& out, const Tensor& t, const Tensor& w, const Tensor& slots,
-                     const Tensor& starts);
+// (sliceStarts, argument startsArg: S + 1 entries). Returns the slices.
+cpu::SliceStarts expectExpand(OpArgs& a, const Tensor& out, const Tensor& t, const Tensor& w, const Tensor& slots,
+                              size_t startsArg);
 
 // slotRanks (optional): i32 [numSlots, slices], each slot's rank per slice, at most maxRank
 // (checked on the CPU). Returns its data, or null when absent.

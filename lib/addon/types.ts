@@ -46,9 +46,10 @@ export interface Tensor {
  * slot_weights.ts), so each row of y carries, after its out columns, the row's input shrunk
  * by every slot (t, slots * S * R columns). The op adds to output o of row r t[r, its slot's
  * slice of o] · bT[the same, o]; bT [slots * S * R, out] is every slot's b transposed.
- * slotRanks [slots, S] gives the slots and slices; sliceStarts [S + 1] each slice's first output.
+ * slotRanks [slots, S] gives the slots and slices; sliceStarts (S + 1 entries, from 0 to out)
+ * each slice's first output: host values, which the kernels take as parameters.
  */
-export type LoraDelta = [bT: Tensor, slotOfRow: Tensor, sliceStarts: Tensor, slotRanks: Tensor];
+export type LoraDelta = [bT: Tensor, slotOfRow: Tensor, sliceStarts: Int32Array, slotRanks: Tensor];
 
 /** A marker in the cuda stream. */
 export interface Fence {
@@ -229,7 +230,7 @@ export interface Binding {
    * holding o's slice's R entries at that slice's place (zeros elsewhere): so with t spread over every
    * slot's place [n, slots * S * R] and masked (loraJoin), t · b viewed [outF, slots * S * R]ᵀ is the expand.
    */
-  loraExpand(out: Tensor, t: Tensor, b: Tensor, slotOfRow: Tensor, sliceStarts: Tensor, slotRanks?: Tensor): void;
+  loraExpand(out: Tensor, t: Tensor, b: Tensor, slotOfRow: Tensor, sliceStarts: Int32Array, slotRanks?: Tensor): void;
   /**
    * wide [n, in + slots * W] = x [n, in], then s [n, slots * W] (a shrink by every slot at once)
    * with row r keeping only its slot's W columns, [slot * W, (slot + 1) * W) (slot 0 rows: none):
@@ -238,7 +239,7 @@ export interface Binding {
   loraJoin(wide: Tensor, x: Tensor, s: Tensor, slotOfRow: Tensor, slots: number): void;
   /** linear (with accumulate: out +=), then loraExpand(out, t, b, slotOfRow, sliceStarts): for decode batches one launch on CUDA. */
   linearExpand(
-    out: Tensor, x: Tensor, w: Tensor, bias: Tensor | null, t: Tensor, b: Tensor, slotOfRow: Tensor, sliceStarts: Tensor,
+    out: Tensor, x: Tensor, w: Tensor, bias: Tensor | null, t: Tensor, b: Tensor, slotOfRow: Tensor, sliceStarts: Int32Array,
     accumulate?: boolean, slotRanks?: Tensor,
   ): void;
   /** dst[rowOffset.., colOffset..] = scale * src (or srcᵀ); both 2-D float tensors. srcCols: only src's first columns. */

@@ -29,7 +29,8 @@ export interface LoraTarget {
   embedding: boolean;
   /** Row offset of each slice (q, k, v / gate, up) in the fused weight. */
   sliceOffsets: number[];
-  sliceStarts: Tensor;
+  /** Each slice's first output, then the weight's width (the delta ops' and expand's sliceStarts). */
+  sliceStarts: Int32Array;
   a: Tensor;
   /** a as [slots * slices * R, in]: every slot's A at once. */
   aAll: Tensor;
@@ -182,7 +183,7 @@ export class SlotWeights {
       const span = make(this.ranks.narrow(at, this.numSlots * slices));
       const t: LoraTarget = {
         name: w.name, embedding, sliceOffsets: offsets,
-        sliceStarts: make(addon.fromArray('i32', [starts.length], Int32Array.from(starts), device)),
+        sliceStarts: Int32Array.from(starts),
         a: aStack, aAll: make(aStack.view([a[0] * a[1], a[2]])),
         bAll: make(own ? own.view([b[0], b[1] * b[2]]) : this.widen(w.name, cols, wideWidth(cols, b[1] * b[2]), b[1] * b[2])),
         bCol: own ? 0 : cols, bCols: b[1] * b[2], b: own,
@@ -320,7 +321,7 @@ export class SlotWeights {
   dispose(): void {
     for (const t of this.targets.values()) {
       this.slotViews.get(t)!.forEach((x) => x.dispose());
-      [t.a, t.b, t.aAll, t.sliceStarts, t.ranks, t.ext, t.bT].forEach((x) => x?.dispose());
+      [t.a, t.b, t.aAll, t.ranks, t.ext, t.bT].forEach((x) => x?.dispose());
       if (t.bCol > 0 && !t.bAll.disposed) this.narrow(t);
       else t.bAll.dispose();
     }

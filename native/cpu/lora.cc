@@ -41,8 +41,8 @@ void joinWide(float* wide, const float* x, const float* t, const int32_t* slotOf
 }
 
 void loraExpand(float* out, const float* t, Weights b, int64_t numSlots, const int32_t* slotOfRow,
-                const int32_t* sliceStarts, int64_t numSlices, int64_t n, int64_t outF, int64_t rank,
-                const int32_t* slotRanks) {
+                const SliceStarts& slices, int64_t n, int64_t outF, int64_t rank, const int32_t* slotRanks) {
+  const int64_t numSlices = slices.count;
   parallelFor(n, 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       int32_t slot = slotOfRow[r];
@@ -50,7 +50,7 @@ void loraExpand(float* out, const float* t, Weights b, int64_t numSlots, const i
       for (int64_t s = 0; s < numSlices; ++s) {
         const float* ts = t + (r * numSlices + s) * rank;
         const int64_t used = slotRanks ? slotRanks[slot * numSlices + s] : rank;
-        for (int64_t o = sliceStarts[s]; o < sliceStarts[s + 1]; ++o) {
+        for (int64_t o = slices.at[s]; o < slices.at[s + 1]; ++o) {
           // b: [outF, slots, slices * rank]
           size_t row = ((size_t(o) * size_t(numSlots) + size_t(slot)) * size_t(numSlices) + size_t(s)) * size_t(rank);
           float acc = 0;
@@ -65,11 +65,10 @@ void loraExpand(float* out, const float* t, Weights b, int64_t numSlots, const i
 float loraDelta(const LoraDelta& d, int64_t r, int64_t o) {
   const int32_t slot = d.slotOfRow[r];
   if (slot <= 0 || slot >= d.numSlots) return 0;
-  int64_t s = 0;
-  while (s < d.numSlices && !(d.sliceStarts[s] <= o && o < d.sliceStarts[s + 1])) ++s;
-  if (s == d.numSlices) return 0;
-  const int64_t c = (int64_t(slot) * d.numSlices + s) * d.rank;
-  const int64_t used = d.ranks ? std::min<int64_t>(d.rank, d.ranks[slot * d.numSlices + s]) : d.rank;
+  const int64_t s = d.slices.of(o);
+  if (s == d.slices.count) return 0;
+  const int64_t c = (int64_t(slot) * d.slices.count + s) * d.rank;
+  const int64_t used = d.ranks ? std::min<int64_t>(d.rank, d.ranks[slot * d.slices.count + s]) : d.rank;
   const float* t = static_cast<const float*>(d.t) + r * d.ldt + c;
   const float* b = static_cast<const float*>(d.bT) + c * d.ldb + o;
   float acc = 0;

@@ -26,12 +26,36 @@ struct HeadLayout {
   int64_t stride() const { return ld ? ld : rowWidth(); }
 };
 
+#ifdef __CUDACC__
+#define MSTAR_HOST_DEVICE __host__ __device__
+#else
+#define MSTAR_HOST_DEVICE
+#endif
+
+// The slices of a fused weight's outputs (q, k, v or gate, up; one for the others): slice s
+// holds outputs [at[s], at[s + 1]), from at[0] = 0 to at[count], the weight's width. Held by
+// value, so a kernel reads them from its parameters: a tensor of them (one per target and
+// layer) was cold in every step, a round trip to HBM before each delta op's loads could go.
+struct SliceStarts {
+  static constexpr int kMax = 8;
+  int32_t at[kMax + 1] = {};
+  int count = 0;
+  // The slice holding output o (count: none, o past the end): the last s <= count with
+  // at[s] <= o, an empty slice giving way to the next. A fixed trip count: unrolled, a
+  // kernel's reads of `at` are at fixed places of its parameters.
+  MSTAR_HOST_DEVICE int of(int64_t o) const {
+    int s = 0;
+    for (int i = 1; i <= kMax; ++i) s = i <= count && o >= at[i] ? i : s;
+    return s;
+  }
+};
+
 // An adapted projection's delta, added by the op that takes the projection's output y. The
 // projection's GEMM ran by its weight with every slot's A beneath W (lib/lora/slot_weights.ts),
 // so each row of y carries, after its own columns, the row's input shrunk by every slot: t.
 // Output o of row r gains the sum over k of t[r, c + k] * bT[c + k, o], c = (slot * numSlices +
 // s) * rank, for the row's slot (0 or out of range: nothing), s the slice holding o
-// (sliceStarts), k below the slot's rank in s. bT is every slot's b transposed, [slots *
+// (slices), k below the slot's rank in s. bT is every slot's b transposed, [slots *
 // numSlices * rank, outputs] (a row of outputs is one run of memory, read whole by the op's
 // threads). t and bT are activations: f32 on the CPU, the activation type on CUDA.
 struct LoraDelta {
@@ -40,9 +64,9 @@ struct LoraDelta {
   const void* bT = nullptr;  // row k at bT + k * ldb
   int64_t ldb = 0;
   const int32_t* slotOfRow = nullptr;
-  const int32_t* sliceStarts = nullptr;  // numSlices + 1 entries
-  int64_t numSlices = 0, numSlots = 0, rank = 0;
-  const int32_t* ranks = nullptr;  // [numSlots, numSlices], each slot's rank per slice
+  SliceStarts slices;
+  int64_t numSlots = 0, rank = 0;
+  const int32_t* ranks = nullptr;  // [numSlots, slices.count], each slot's rank per slice
 };
 // Row r's delta at output o (f32, k in order).
 float loraDelta(const LoraDelta& d, int64_t r, int64_t o);
@@ -109,8 +133,7 @@ void joinWide(float* wide, const float* x, const float* t, const int32_t* slotOf
               int64_t in, int64_t rankRows, bool everySlot = false);
 // b: [outF, numSlots, numSlices * rank].
 void loraExpand(float* out, const float* t, Weights b, int64_t numSlots, const int32_t* slotOfRow,
-                const int32_t* sliceStarts, int64_t numSlices, int64_t n, int64_t outF, int64_t rank,
-                const int32_t* slotRanks = nullptr);
+                const SliceStarts& slices, int64_t n, int64_t outF, int64_t rank, const int32_t* slotRanks = nullptr);
 // Writes scale * src (or its transpose) into a 2-D dst at (rowOffset, colOffset).
 void copyRegion(void* dst, DType dt, int64_t dstCols, const void* src, DType st, int64_t rows, int64_t cols,
                 int64_t rowOffset, int64_t colOffset, float scale, bool transpose, int64_t srcLd = 0);

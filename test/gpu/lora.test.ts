@@ -44,9 +44,9 @@ describeGpu('cuda lora', () => {
         const base = rounded(act, rng.floats(n * outF));
         const outCpu = onCpu([n, outF], base);
         const outCuda = onCuda(act, [n, outF], base);
-        addon.loraExpand(outCpu, onCpu([n, numSlices * rank], t), b.cpu, i32([n], slots), i32([numSlices + 1], starts));
+        addon.loraExpand(outCpu, onCpu([n, numSlices * rank], t), b.cpu, i32([n], slots), Int32Array.from(starts));
         addon.loraExpand(outCuda, onCuda(act, [n, numSlices * rank], t), b.cuda, onCuda('i32', [n], slots),
-          onCuda('i32', [numSlices + 1], starts));
+          Int32Array.from(starts));
         const got = floats(outCuda);
         expectClose(got, floats(outCpu), tol(act, true));
         for (let r = 0; r < n; ++r)
@@ -153,7 +153,7 @@ describeGpu('cuda lora', () => {
         const expand = (fusedOp: boolean) => {
           const out = onCuda(act, [n, outF], base);
           const x = onCuda(act, [n, inF], xs), t = onCuda(act, [n, R], ts);
-          const sl = onCuda('i32', [n], slots), st = onCuda('i32', [numSlices + 1], starts);
+          const sl = onCuda('i32', [n], slots), st = Int32Array.from(starts);
           if (fusedOp) {
             addon.linearExpand(out, x, w.cuda, bias.cuda, t, b.cuda, sl, st, accumulate);
           } else {  // the delta first (projection + adapter), then the sum, as transformers adds them
@@ -167,7 +167,7 @@ describeGpu('cuda lora', () => {
         };
         const want = onCpu([n, outF], base);
         addon.linearExpand(want, onCpu([n, inF], xs), w.cpu, bias.cpu, onCpu([n, R], ts), b.cpu,
-          i32([n], cpuSlots), i32([numSlices + 1], starts), accumulate);
+          i32([n], cpuSlots), Int32Array.from(starts), accumulate);
         close(expand(true), floats(want));
         close(expand(true), expand(false));
       }
@@ -205,17 +205,17 @@ describeGpu('cuda lora', () => {
     expectClose(floats(tCuda), floats(tCpu), 2 * tol('bf16', true));
     // Expands: alone, and in linear's epilogue, plain and accumulating.
     const ts = rounded('bf16', rng.floats(n * S * R, -1, 1));
-    const st = { cuda: onCuda('i32', [S + 1], starts), cpu: i32([S + 1], starts) };
+    const st = Int32Array.from(starts);
     const e = onCuda('bf16', [n, outF], base);
-    addon.loraExpand(e, onCuda('bf16', [n, S * R], ts), b.nan, sl.cuda, st.cuda, sr);
+    addon.loraExpand(e, onCuda('bf16', [n, S * R], ts), b.nan, sl.cuda, st, sr);
     const eWant = onCpu([n, outF], base);
-    addon.loraExpand(eWant, onCpu([n, S * R], ts), b.zero, sl.cpu, st.cpu);
+    addon.loraExpand(eWant, onCpu([n, S * R], ts), b.zero, sl.cpu, st);
     expectClose(floats(e), floats(eWant), tol('bf16', true));
     for (const accumulate of [false, true]) {
       const got = onCuda('bf16', [n, outF], base);
-      addon.linearExpand(got, onCuda('bf16', [n, inF], x), onCuda('bf16', [outF, inF], lw), null, onCuda('bf16', [n, S * R], ts), b.nan, sl.cuda, st.cuda, accumulate, sr);
+      addon.linearExpand(got, onCuda('bf16', [n, inF], x), onCuda('bf16', [outF, inF], lw), null, onCuda('bf16', [n, S * R], ts), b.nan, sl.cuda, st, accumulate, sr);
       const want = onCpu([n, outF], base);
-      addon.linearExpand(want, onCpu([n, inF], x), onCpu([outF, inF], lw), null, onCpu([n, S * R], ts), b.zero, sl.cpu, st.cpu, accumulate);
+      addon.linearExpand(want, onCpu([n, inF], x), onCpu([outF, inF], lw), null, onCpu([n, S * R], ts), b.zero, sl.cpu, st, accumulate);
       expectClose(floats(got), floats(want), tol('bf16', true));
     }
   });

@@ -21,8 +21,8 @@ function deltaPair(act: 'f32' | 'bf16', rng: Rng, n: number, starts: number[], R
   const t = rounded(act, rng.floats(n * bCols).map((v, i) => ((i % bCols) % R < ranks[Math.floor((i % bCols) / R)] ? v : 0)));
   return {
     bCols, t,
-    cpu: [onCpu([bCols, out], bT), i32([n], slots.map((s) => (s >= SLOTS ? 0 : s))), i32([starts.length], starts), i32([SLOTS, slices], ranks)] as const,
-    cuda: [onCuda(act, [bCols, out], bT), onCuda('i32', [n], slots), onCuda('i32', [starts.length], starts), onCuda('i32', [SLOTS, slices], ranks)] as const,
+    cpu: [onCpu([bCols, out], bT), i32([n], slots.map((s) => (s >= SLOTS ? 0 : s))), Int32Array.from(starts), i32([SLOTS, slices], ranks)] as const,
+    cuda: [onCuda(act, [bCols, out], bT), onCuda('i32', [n], slots), Int32Array.from(starts), onCuda('i32', [SLOTS, slices], ranks)] as const,
   };
 }
 

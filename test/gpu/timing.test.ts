@@ -131,7 +131,7 @@ it.runIf(HAS_CUDA && process.env.MSTAR_GPU_TIMING === '1')('timings', () => {
     const a = (rows: number, inF: number) => copies((seed) => randn('bf16', [slots, rows, inF], seed, 0.05));
     const b = (outF: number, slices: number) => copies((seed) => randn('bf16', [outF, slots, slices * rank], seed, 0.05));
     const w = (outF: number, inF: number) => copies((seed) => randn('bf16', [outF, inF], seed, 0.02));
-    const starts = (widths: number[]) => onCuda('i32', [widths.length + 1], widths.reduce((acc, w) => [...acc, acc[acc.length - 1] + w], [0]));
+    const starts = (widths: number[]) => Int32Array.from(widths.reduce((acc, w) => [...acc, acc[acc.length - 1] + w], [0]));
     const x = randn('bf16', [n, 1024], 13);
     const attn = randn('bf16', [n, 2048], 16), residual = randn('bf16', [n, 1024], 17);
     const qkv = addon.empty('bf16', [n, 4096], 'cuda'), gu = addon.empty('bf16', [n, 6144], 'cuda');

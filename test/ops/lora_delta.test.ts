@@ -24,7 +24,7 @@ function delta(rng: Rng, n: number, starts: number[], R: number) {
     for (let k = 0; k < R; k++) sum += t[r * bCols + c + k] * bT[(c + k) * out + o];
     return sum;
   };
-  return { bCols, t, at, args: [f32([bCols, out], bT), i32([n], slots), i32([starts.length], starts), i32([SLOTS, slices], ranks)] as const };
+  return { bCols, t, at, args: [f32([bCols, out], bT), i32([n], slots), Int32Array.from(starts), i32([SLOTS, slices], ranks)] as const };
 }
 
 describe('LoRA deltas on the CPU', () => {
@@ -85,8 +85,12 @@ describe('LoRA deltas on the CPU', () => {
       /^addRmsNorm: bT f32\[6, 7\] must be \[6, 8\]/);
     expectOpError(() => addon.addRmsNorm(res(), y, w, 1e-6, res(), bT, slots, starts, i32([4, 1], [2, 2, 2, 2])),
       /^addRmsNorm: slotRanks i32\[4, 1\] must split the 6 shrink columns/);
-    expectOpError(() => addon.addRmsNorm(res(), y, w, 1e-6, res(), bT, slots, i32([2], [0, 7]), ranks),
-      /^addRmsNorm: sliceStarts must run from 0 to 8/);
+    const withStarts = (st: unknown) => () => addon.addRmsNorm(res(), y, w, 1e-6, res(), bT, slots, st as Int32Array, ranks);
+    expectOpError(withStarts(Int32Array.from([0, 7])), /^addRmsNorm: sliceStarts must run from 0 to 8/);
+    expectOpError(withStarts(i32([2], [0, 8])), /^addRmsNorm: sliceStarts must be an Int32Array/);
+    expectOpError(withStarts([0, 8]), /^addRmsNorm: sliceStarts must be an Int32Array/);
+    expectOpError(withStarts(Int32Array.from([0, 5, 8])), /^addRmsNorm: sliceStarts has 3 entries, but slotRanks i32\[3, 1\] has 1 slices/);
+    expectOpError(withStarts(new Int32Array(10)), /^addRmsNorm: sliceStarts has 10 entries; it must have 2 to 9 \(slices \+ 1\)/);
     expectOpError(() => addon.addRmsNorm(res(), y, w, 1e-6, res(), bT, i32([2], [0, 3]), starts, ranks),
       /^addRmsNorm: slotOfRow\[1\] = 3 is not one of the 3 slots/);
     expectOpError(() => addon.siluMul(addon.empty('f32', [2, 8]), y, bT, slots, starts, ranks),

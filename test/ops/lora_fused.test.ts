@@ -62,7 +62,7 @@ describe('wide rows: [x | every slot\'s shrink]', () => {
     const t = addon.empty('f32', [n, R]), want = addon.empty('f32', [n, outF]);
     addon.loraShrink(t, f32([n, dim], d.x), f32([numSlots, R, dim], d.a), i32([n], slots));
     addon.linearExpand(want, f32([n, dim], d.x), f32([outF, dim], d.lw), f32([outF], d.bias), t, f32([outF, numSlots, R], b),
-      i32([n], slots), i32([starts.length], starts));
+      i32([n], slots), Int32Array.from(starts));
     const wide = addon.empty('f32', [n, width]), got = addon.empty('f32', [n, outF]);
     addon.loraShrink(wide, f32([n, dim], d.x), f32([numSlots, R, dim], d.a), i32([n], slots));
     addon.linear(got, wide, f32([outF, width], wideW), f32([outF], d.bias));
@@ -135,7 +135,7 @@ describe('linearExpand', () => {
       const d = data(3);
       const base = d.lw.subarray(0, n * outF);
       const args = () => [f32([n, dim], d.x), f32([outF, dim], d.lw), withBias ? f32([outF], d.bias) : null] as const;
-      const lora = () => [f32([n, 3 * rank], d.t), f32([outF, numSlots, 3 * rank], d.b), i32([n], slots), i32([4], starts)] as const;
+      const lora = () => [f32([n, 3 * rank], d.t), f32([outF, numSlots, 3 * rank], d.b), i32([n], slots), Int32Array.from(starts)] as const;
       // transformers' order: residual + (projection + adapter delta)
       const delta = addon.empty('f32', [n, outF]);
       addon.linear(delta, ...args());
@@ -154,8 +154,9 @@ describe('linearExpand', () => {
     const before = floats(out);
     const call = (o: { starts?: number[]; slots?: number[]; t?: ReturnType<typeof f32> }) => () =>
       addon.linearExpand(out, f32([n, dim], d.x), f32([outF, dim], d.lw), null, o.t ?? f32([n, 3 * rank], d.t),
-        f32([outF, numSlots, 3 * rank], d.b), i32([n], o.slots ?? slots), i32([(o.starts ?? starts).length], o.starts ?? starts));
-    expectOpError(call({ starts: [0, 6, 10, 13] }), /^linearExpand: sliceStarts must run from 0 to out's width/);
+        f32([outF, numSlots, 3 * rank], d.b), i32([n], o.slots ?? slots), Int32Array.from(o.starts ?? starts));
+    expectOpError(call({ starts: [0, 6, 10, 13] }), /^linearExpand: sliceStarts must run from 0 to 14/);
+    expectOpError(call({ starts: [0, 10, 6, 14] }), /^linearExpand: sliceStarts must not decrease/);
     expectOpError(call({ slots: [0, 0, 0, 0, -1] }), /^linearExpand: slotOfRow\[4\] = -1 is not one of the 4 slots/);
     expectOpError(call({ t: f32([n, 2], new Float32Array(n * 2)) }), /^linearExpand: t \(\[n, slices \* rank\]\) must be \[5, 9\]/);
     expectSame(floats(out), before);
@@ -193,12 +194,12 @@ describe('slotRanks', () => {
     for (const [name, run] of shrinks) expect(run(aOf(NaN), true), name).toEqual(run(aOf(0), false));
     // Expands: plain, and in linear's epilogue (plain and accumulating).
     const t = () => f32([n, S * R], d.t);
-    const expand = (b: ReturnType<typeof f32>, ranked: boolean) => { const out = f32([n, outF], d.lw.subarray(0, n * outF)); addon.loraExpand(out, t(), b, slotT(), i32([4], starts), ranked ? sr() : undefined); return floats(out); };
+    const expand = (b: ReturnType<typeof f32>, ranked: boolean) => { const out = f32([n, outF], d.lw.subarray(0, n * outF)); addon.loraExpand(out, t(), b, slotT(), Int32Array.from(starts), ranked ? sr() : undefined); return floats(out); };
     expect(expand(bOf(NaN), true)).toEqual(expand(bOf(0), false));
     for (const accumulate of [false, true]) {
       const run = (b: ReturnType<typeof f32>, ranked: boolean) => {
         const out = f32([n, outF], d.lw.subarray(0, n * outF));
-        addon.linearExpand(out, f32([n, dim], d.x), f32([outF, dim], d.lw), null, t(), b, slotT(), i32([4], starts), accumulate, ranked ? sr() : undefined);
+        addon.linearExpand(out, f32([n, dim], d.x), f32([outF, dim], d.lw), null, t(), b, slotT(), Int32Array.from(starts), accumulate, ranked ? sr() : undefined);
         return floats(out);
       };
       expect(run(bOf(NaN), true)).toEqual(run(bOf(0), false));
@@ -214,7 +215,7 @@ describe('slotRanks', () => {
     expectOpError(() => addon.loraShrink(t, f32([n, dim], d.x), a, i32([n], slots), i32([numSlots, S], ranks.map((r) => (r === 2 ? 4 : r)))),
       /^loraShrink: slotRanks\[\d+\] = 4 is outside \[0, 3\]/);
     expectOpError(() => addon.loraExpand(f32([n, outF], d.lw.subarray(0, n * outF)), f32([n, S * R], d.t), f32([outF, numSlots, S * R], d.b),
-      i32([n], slots), i32([4], starts), i32([numSlots + 1, S], new Array((numSlots + 1) * S).fill(1))), /^loraExpand: slotRanks \(\[slots, slices\]\) must be \[4, 3\]/);
+      i32([n], slots), Int32Array.from(starts), i32([numSlots + 1, S], new Array((numSlots + 1) * S).fill(1))), /^loraExpand: slotRanks \(\[slots, slices\]\) must be \[4, 3\]/);
     expect(floats(t).every((v) => v === 0)).toBe(true);
   });
 });
@@ -237,7 +238,7 @@ describe('loraJoin, and the expand by every slot at once', () => {
     const a = f32([numSlots, S * rank, dim], d.a), b = f32([outF, numSlots, S * rank], bVals);
     const want = f32([n, outF], d.lw.subarray(0, n * outF)), t = addon.empty('f32', [n, S * rank]);
     addon.loraShrink(t, f32([n, dim], d.x), a, i32([n], slots));
-    addon.loraExpand(want, t, b, i32([n], slots), i32([4], starts));
+    addon.loraExpand(want, t, b, i32([n], slots), Int32Array.from(starts));
     const got = f32([n, outF], d.lw.subarray(0, n * outF)), all = addon.empty('f32', [n, numSlots * S * rank]);
     addon.linear(all, f32([n, dim], d.x), a.view([numSlots * S * rank, dim]), null);
     const wide = addon.empty('f32', [n, dim + numSlots * S * rank]);
