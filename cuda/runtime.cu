@@ -147,44 +147,27 @@ void synchronize() {
   check(cudaStreamSynchronize(gStream), "cudaStreamSynchronize");
 }
 
-float timeOnStream(const std::function<void()>& enqueue, int reps, bool cold) {
+float timeOnStream(const std::function<void()>& enqueue, int reps) {
   requireNotCapturing("timeOnStream");
-  static const size_t flushBytes = [] {
-    int dev = 0, l2 = 0;
-    check(cudaGetDevice(&dev), "cudaGetDevice");
-    check(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev), "cudaDeviceGetAttribute(L2 size)");
-    return 2 * size_t(l2);
-  }();
   cudaEvent_t start = nullptr, stop = nullptr;
-  void* flush = nullptr;
-  float total = 0;
+  float ms = 0;
   try {
     check(cudaEventCreate(&start), "cudaEventCreate");
     check(cudaEventCreate(&stop), "cudaEventCreate");
-    if (cold) flush = alloc(flushBytes);
     enqueue();
-    // Hot, the reps run back to back between two events; cold, each between its own, after
-    // its flush.
-    for (int i = 0; i < (cold ? reps : 1); ++i) {
-      if (cold) memsetAsync(flush, i, flushBytes);
-      check(cudaEventRecord(start, stream()), "cudaEventRecord");
-      for (int k = 0; k < (cold ? 1 : reps); ++k) enqueue();
-      check(cudaEventRecord(stop, stream()), "cudaEventRecord");
-      check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-      float ms = 0;
-      check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-      total += ms;
-    }
+    check(cudaEventRecord(start, stream()), "cudaEventRecord");
+    for (int i = 0; i < reps; ++i) enqueue();
+    check(cudaEventRecord(stop, stream()), "cudaEventRecord");
+    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
   } catch (...) {
     if (start) cudaEventDestroy(start);
     if (stop) cudaEventDestroy(stop);
-    if (flush) release(flush);
     throw;
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  if (flush) release(flush);
-  return total / float(std::max(reps, 1));
+  return ms / float(std::max(reps, 1));
 }
 
 // ---- Pinned host memory and adapter uploads ----------------------------------------------

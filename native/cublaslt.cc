@@ -168,10 +168,8 @@ const Status& status() {
 }
 
 // While tuning is on (setTuning), up to this many rows (decode steps) a shape's algorithm is
-// the fastest of the heuristic's first kCandidates, timed on the shape's own operands with L2
-// flushed before each run (a decode step reads its weight from HBM, evicted by the other
-// layers' weights: timed hot, the first version chose for a weight in L2), where it beats the
-// first pick by 3% or more. The first pick ran Qwen3-8B's gate_up with an adapter's 64 rows of A beneath W 3 µs
+// the fastest of the heuristic's first kCandidates, timed on the shape's own operands, where
+// it beats the first pick by 3% or more. The first pick ran Qwen3-8B's gate_up with an adapter's 64 rows of A beneath W 3 µs
 // (6%) slower than W alone at 8 and 32 rows, however those rows were padded; with the timed
 // choice 8B decode at 8 sequences ran 5.71 -> 5.47 ms a step with one adapter and 5.19 ->
 // 5.05 without LoRA (H200, equal at 32). Prefill-sized GEMMs take the first pick.
@@ -229,7 +227,7 @@ std::unique_ptr<Plan> makePlan(int64_t n, int64_t in, int64_t outF, int64_t ldw,
           check(gApi.matmul(gHandle, d.desc, &alpha, w, d.a, x, d.b, &beta, scratch, d.d, scratch, d.d,
                             &results[i].algo, gWorkspace, kWorkspaceBytes, stream),
                 "cublasLtMatmul (timing a candidate)");
-        }, 5, true));
+        }, 5));
       } catch (const gpu::Error&) {
         results[i].state = kSuccess + 1;  // does not run: not timed again, not chosen
       }

@@ -57,10 +57,8 @@ void memInfo(size_t* freeBytes, size_t* totalBytes);
 // kernel that only reads, as a decode step reads its weights; throws Error without a device.
 double readBandwidth(size_t bytes, int passes);
 // Milliseconds a call of the work `enqueue` puts on the stream, over `reps` calls after one
-// to warm up (events on the stream; waits for it). Not while capturing. cold: L2 holds none
-// of the work's operands when each call starts (a buffer twice its size written first,
-// untimed), as a decode step finds a weight that the other layers' weights evicted.
-float timeOnStream(const std::function<void()>& enqueue, int reps, bool cold = false);
+// to warm up (events on the stream; waits for it). Not while capturing.
+float timeOnStream(const std::function<void()>& enqueue, int reps);
 
 // Streams host data to the device through two pinned buffers: fill one while the other
 // copies. Holds a process-wide lock for its lifetime; the destructor waits for the copies.

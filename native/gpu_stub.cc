@@ -25,7 +25,7 @@ void copyToHostAsync(void*, const void*, size_t) { none(); }
 void synchronize() {}
 void memInfo(size_t*, size_t*) { none(); }
 double readBandwidth(size_t, int) { none(); }
-float timeOnStream(const std::function<void()>&, int, bool) { none(); }
+float timeOnStream(const std::function<void()>&, int) { none(); }
 void* allocPinned(size_t) noexcept { return nullptr; }
 void freePinned(void*) noexcept {}
 void upload(const UploadRegion*, size_t) { none(); }
