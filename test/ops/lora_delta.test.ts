@@ -42,9 +42,10 @@ describe('LoRA deltas on the CPU', () => {
     expectClose(floats(out), want, 1e-5);
   });
 
-  it('addRmsNorm adds x and its delta to the residual, then norms it', () => {
+  // The second layout has an empty slice: its column belongs to the slice after it.
+  it.each([[[0, 10]], [[0, 4, 4, 10]]])('addRmsNorm adds x and its delta to the residual, then norms it (slices at %j)', (starts) => {
     const rng = new Rng(2), n = 4, dim = 10, R = 3;
-    const d = delta(rng, n, [0, dim], R);
+    const d = delta(rng, n, starts, R);
     const x = rng.floats(n * dim), res = rng.floats(n * dim), w = rng.floats(dim, 0.5, 1.5);
     const residual = f32([n, dim], res), out = addon.empty('f32', [n, dim]);
     addon.addRmsNorm(residual, f32([n, dim + d.bCols], withShrink(n, dim, x, d.t, d.bCols)), f32([dim], w), 1e-6, out, ...d.args);
