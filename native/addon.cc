@@ -7,6 +7,7 @@
 #include "gpu.h"
 #include "graph.h"
 #include "ops.h"
+#include "scatter.h"
 #include "tensor.h"
 #include "thread_pool.h"
 
@@ -126,6 +127,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   RegisterUpload(env, exports);
   RegisterGraph(env, exports);
   RegisterFence(env, exports);
+  RegisterScatter(env, exports);
   return exports;
 }
 

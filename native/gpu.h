@@ -5,6 +5,7 @@
 // no GPU loads the addon and only a CUDA tensor fails (with the runtime's reason).
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -51,6 +52,22 @@ struct UploadRegion {
 // that the stream waits for before any op enqueued later: the host does not wait, and the
 // compute stream runs on until it needs the data.
 void upload(const UploadRegion* regions, size_t count);
+// One window of a scatter (native/scatter.cc): rows x cols elements of elemBytes into dst
+// (rows dstPitch bytes apart) from src, read contiguously (transposed: src holds the window
+// as [cols, rows]). unit: the bytes one thread moves, a power of two that divides every
+// address and width involved (elemBytes when transposed). Its blocks are those from
+// firstBlock to the next job's.
+struct ScatterJob {
+  char* dst;
+  const char* src;
+  uint64_t dstPitch;
+  uint32_t rows, cols, elemBytes, unit, transpose, firstBlock;
+};
+// Units of a job one block moves (the launcher's blocks per job follow from it).
+constexpr uint32_t kScatterBlockUnits = 4096;
+// Runs the jobs (in device memory, `count` of them, `blocks` blocks in all) on the stream:
+// one kernel; zero: writes zeros instead of reading src.
+void scatter(const ScatterJob* jobs, uint32_t count, uint32_t blocks, bool zero);
 // Free and total bytes of the current device (cudaMemGetInfo); throws Error without one.
 void memInfo(size_t* freeBytes, size_t* totalBytes);
 // GB/s of the best of `passes` timed reads of a `bytes` buffer (after one to warm up), by a

@@ -29,6 +29,7 @@ float timeOnStream(const std::function<void()>&, int) { none(); }
 void* allocPinned(size_t) noexcept { return nullptr; }
 void freePinned(void*) noexcept {}
 void upload(const UploadRegion*, size_t) { none(); }
+void scatter(const ScatterJob*, uint32_t, uint32_t, bool) { none(); }
 
 struct Uploader::Impl {};
 Uploader::Uploader(size_t) : impl_(nullptr) { none(); }

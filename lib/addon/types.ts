@@ -73,6 +73,30 @@ export interface UploadRegion {
   cols?: number;
 }
 
+/** One window of a scatter plan: see Binding.scatterPlan. */
+export interface ScatterRegion {
+  /** A 2-D tensor; the window is [rows, cols] at (row, col), each by default to dst's end. */
+  dst: Tensor;
+  row?: number;
+  col?: number;
+  rows?: number;
+  cols?: number;
+  /** On dst's device, in dst's dtype: the window's elements, contiguous from element `at` (default 0). */
+  src: Tensor;
+  at?: number;
+  /** src holds the window transposed, as [cols, rows]. */
+  transpose?: boolean;
+}
+
+/** Windows of tensors filled from spans of others, checked once and run often (Binding.scatterPlan). */
+export interface ScatterPlan {
+  /** Windows it fills (empty ones are dropped). */
+  readonly regions: number;
+  /** Fills every window from its src (zero: with zeros), in stream order: one kernel on cuda. */
+  run(zero?: boolean): void;
+  dispose(): void;
+}
+
 /** A captured CUDA graph: the ops one call enqueued, replayed on the same tensors. */
 export interface Graph {
   readonly disposed: boolean;
@@ -130,6 +154,13 @@ export interface Binding {
    * written meanwhile. On cpu, plain copies. Checks every region before copying any.
    */
   upload(regions: UploadRegion[]): void;
+  /**
+   * A plan that fills every region's window of dst from its src: checked now (fit, dtype,
+   * device, span), and on cuda laid out as a job table in device memory, so that each run
+   * is one kernel, whatever the number of windows. The plan keeps every dst's and src's
+   * memory alive until disposed. Windows should not overlap (a run fills them in no order).
+   */
+  scatterPlan(regions: ScatterRegion[]): ScatterPlan;
   buildInfo(): BuildInfo;
   /** Never throws: {count: 0, error} where CUDA is unusable. */
   cudaDevices(): { count: number; error?: string };

@@ -1,26 +1,17 @@
-// An adapter read into host memory (the host cache), laid out as a GPU slot holds it: in
-// the activation dtype, B already times the adapter's scale, an embedding's A transposed.
-// Loading a slot is then a batch of plain region copies (addon.upload), from page-locked
-// memory when the model is on cuda, so it neither waits for the GPU nor runs a kernel per
-// tensor. Reads (and the conversions) run on libuv threads, so the engine keeps stepping
-// while an adapter comes off the disk.
+// An adapter read into host memory (the host cache) as its image (slot_image.ts): every
+// module's A and B where the pool's layout puts them, in the activation dtype (B in the
+// pool's b dtype), B already times the adapter's scale, an embedding's A transposed. On
+// cuda the image is page-locked, so a slot load copies it without waiting (SlotWeights.load).
+// Reads (and the conversions) run on libuv threads, so the engine keeps stepping while an
+// adapter comes off the disk.
 import { addon, type FloatDType, type Tensor } from '../addon/index.js';
 import type { TensorEntry } from '../checkpoint/safetensors.js';
-import type { Adapter, AdapterModule } from './adapter.js';
+import type { Adapter } from './adapter.js';
 import { AdapterError } from './errors.js';
+import type { Span } from './slot_image.js';
 import type { SlotWeights } from './slot_weights.js';
 
 const DTYPE: Record<string, FloatDType> = { BF16: 'bf16', F16: 'f16', F32: 'f32' };
-
-export interface HostModule {
-  module: AdapterModule;
-  /** [rank, in]; for an embedding Aᵀ, [vocab, rank]. */
-  a: Tensor;
-  /** [out, rank], times the module's scale, in the dtype of the pool's b (beside W: the weight's). */
-  b: Tensor;
-  /** b transposed, [rank, out], where the pool's target keeps bT (SlotWeights' LoraTarget). */
-  bT?: Tensor;
-}
 
 /**
  * Promise.all that waits for every read to end before it rejects: a read still running
@@ -34,39 +25,48 @@ async function allSettled<T>(work: Promise<T>[]): Promise<T[]> {
 }
 
 export class HostAdapter {
-  private constructor(readonly adapter: Adapter, readonly modules: HostModule[]) {}
+  private constructor(readonly adapter: Adapter, private readonly images: Map<FloatDType, Tensor>) {}
+
+  /** The image's part in `dtype`, [1, size] (the pool's staging tensor of that dtype has its shape). */
+  image(dtype: FloatDType): Tensor {
+    return this.images.get(dtype)!;
+  }
 
   /** Reads every A and B for the pool's slots; checks PEFT's saved base copies against the served base weights. */
   static async read(adapter: Adapter, pool: SlotWeights): Promise<HostAdapter> {
     const placement = pool.placement;
-    // Taken now: the pool may be disposed while the reads run.
-    const bDtype = new Map([...pool.targets].map(([name, t]) => [name, t.bAll.dtype as FloatDType]));
-    const keepsBT = new Set([...pool.targets].filter(([, t]) => t.bT).map(([name]) => name));
-    const owned: Tensor[] = [];
-    const alloc = (dtype: FloatDType, shape: number[], pinned: boolean): Tensor => {
-      const t = pinned && placement.device === 'cuda' ? addon.pinnedEmpty(dtype, shape) : addon.empty(dtype, shape);
-      owned.push(t);
-      return t;
-    };
-    const read = async (e: TensorEntry, dtype: FloatDType, pinned: boolean, scale = 1): Promise<Tensor> => {
-      const t = alloc(dtype, [...e.shape], pinned);
+    const layout = pool.layout;  // taken now: the pool may be disposed while the reads run
+    const pinned = placement.device === 'cuda';
+    const images = new Map<FloatDType, Tensor>();
+    const scratch: Tensor[] = [];
+    /** Reads a tensor of the adapter's files into `dst` from element `at`, times `scale`. */
+    const readInto = async (dst: Tensor, at: number, e: TensorEntry, scale = 1): Promise<void> => {
       try {
-        await addon.readIntoAsync(t, 0, e.file, e.offset, DTYPE[e.dtype], e.nbytes / (e.dtype === 'F32' ? 4 : 2), scale);
+        await addon.readIntoAsync(dst, at, e.file, e.offset, DTYPE[e.dtype], e.nbytes / (e.dtype === 'F32' ? 4 : 2), scale);
       } catch (err) {
         throw new AdapterError(`adapter ${adapter.name}: ${e.key}: ${(err as Error).message}`);
       }
+    };
+    /** A tensor of the adapter's files in its own dtype (or `dtype`), times `scale`. */
+    const read = async (e: TensorEntry, dtype = DTYPE[e.dtype], scale = 1): Promise<Tensor> => {
+      const t = addon.empty(dtype, [...e.shape]);
+      scratch.push(t);
+      await readInto(t, 0, e, scale);
       return t;
     };
-    const act = placement.act;
-    /** An embedding's lora_embedding_A [rank, vocab] as the slot's [vocab, rank]. */
-    const transposed = async (e: TensorEntry): Promise<Tensor> => {
-      const file = await read(e, DTYPE[e.dtype], false);
-      const t = alloc(act, [e.shape[1], e.shape[0]], true);
-      addon.copyRegion(t, file, 0, 0, 1, true);
-      return t;
+    /** src ([rows, cols] or, transposed, [cols, rows]) into the first columns of span s of the image. */
+    const copyInto = (s: Span, src: Tensor, transpose: boolean) => {
+      const flat = images.get(s.dtype)!.view([-1]), part = flat.narrow(s.at, s.rows * s.cols), block = part.view([s.rows, s.cols]);
+      addon.copyRegion(block, src, 0, 0, 1, transpose);
+      [flat, part, block].forEach((t) => t.dispose());
     };
     try {
-      const copies = await allSettled(adapter.baseCopies.map((c) => read(c.entry, DTYPE[c.entry.dtype], false)));
+      for (const [dtype, size] of layout.sizes) {
+        const image = pinned ? addon.pinnedEmpty(dtype, [1, size]) : addon.empty(dtype, [1, size]);
+        images.set(dtype, image);
+        addon.fill(image, 0);
+      }
+      const copies = await allSettled(adapter.baseCopies.map((c) => read(c.entry)));
       adapter.baseCopies.forEach((copy, i) => {
         const t = copies[i];
         const w = pool.baseWeight(copy.engine);
@@ -78,29 +78,27 @@ export class HostAdapter {
           throw new AdapterError(`adapter ${adapter.name}: ${copy.entry.file}: ${copy.entry.key} is a full copy of ${copy.engine} that differs from the base model's; adapters that retrain ${copy.engine} are not supported`);
         }
       });
-      const modules = await allSettled(adapter.modules.map(async (m): Promise<HostModule> => {
-        const b = await read(m.b, bDtype.get(m.location.engine)!, true, m.scale);
-        let bT: Tensor | undefined;
-        if (keepsBT.has(m.location.engine)) {
-          bT = alloc(b.dtype as FloatDType, [b.shape[1], b.shape[0]], true);
-          addon.copyRegion(bT, b, 0, 0, 1, true);
-        }
-        return { module: m, a: m.embedding ? await transposed(m.a) : await read(m.a, act, true), b, bT };
+      await allSettled(adapter.modules.map(async (m) => {
+        const spans = layout.spans(m.location.engine, m.location.rowOffset);
+        if (!spans) throw new AdapterError(`adapter ${adapter.name}: ${m.hf}: the pool has no slot for ${m.location.engine}`);
+        const { a, b } = spans;
+        // B [out, rank] times the scale: straight into the image where its rank is the pool's.
+        if (m.rank === b.cols) await readInto(images.get(b.dtype)!, b.at, m.b, m.scale);
+        else copyInto(b, await read(m.b, b.dtype, m.scale), false);
+        // A [rank, in] fills its span's first rows; an embedding's [rank, vocab] goes in transposed.
+        if (m.embedding) copyInto(a, await read(m.a), true);
+        else await readInto(images.get(a.dtype)!, a.at, m.a);
       }));
-      const kept = new Set(modules.flatMap((m) => [m.a, m.b, ...(m.bT ? [m.bT] : [])]));
-      owned.filter((t) => !kept.has(t)).forEach((t) => t.dispose());
-      return new HostAdapter(adapter, modules);
+      return new HostAdapter(adapter, images);
     } catch (e) {
-      owned.forEach((t) => t.dispose());
+      images.forEach((t) => t.dispose());
       throw e;
+    } finally {
+      scratch.forEach((t) => t.dispose());
     }
   }
 
   dispose(): void {
-    for (const m of this.modules) {
-      m.a.dispose();
-      m.b.dispose();
-      m.bT?.dispose();
-    }
+    this.images.forEach((t) => t.dispose());
   }
 }

@@ -15,13 +15,15 @@
 // embedding's) keep a b of their own, [out, slots, slices * R], for the per-row kernels.
 // Scales are folded into b at load; ranks below R are zero-padded (the GEMMs multiply the
 // zeros), and `ranks` tells the kernels each slot's rank per slice, so they neither read nor
-// multiply the padding.
-import { addon, type FloatDType, type Tensor, type UploadRegion } from '../addon/index.js';
+// multiply the padding. A load copies the adapter's host image (slot_image.ts) into a
+// staging tensor and runs the slot's scatter plan: one copy and one kernel.
+import { addon, type FloatDType, type ScatterPlan, type ScatterRegion, type Tensor } from '../addon/index.js';
 import type { ModelConfig } from '../checkpoint/config.js';
 import { rulesFor } from '../checkpoint/families/index.js';
 import { engineWeights } from '../checkpoint/rules.js';
 import { moduleName } from './adapter.js';
 import type { HostAdapter } from './host_adapter.js';
+import { ImageLayout } from './slot_image.js';
 import { CPU, floatBytes, type Placement } from '../models/placement.js';
 
 export interface LoraTarget {
@@ -92,7 +94,26 @@ function targetShapes(config: ModelConfig, numSlots: number, rank: number, targe
     });
 }
 
-/** Device bytes a pool of these slots (slot 0 included) takes: a and b of every target, in the activation dtype. */
+/** Where each slice's A and B sit in an adapter's image: A in `act`, B in bDtype(its target). */
+function imageLayout(
+  shapes: readonly TargetShape[], rank: number, act: FloatDType, bDtype: (t: TargetShape) => FloatDType,
+): ImageLayout {
+  const layout = new ImageLayout();
+  for (const t of shapes) {
+    const [rows, cols] = t.weight.shape, name = t.weight.name, dtype = bDtype(t);
+    if (t.embedding) {
+      layout.add(name, 0, { dtype: act, rows, cols: rank }, { dtype, rows: cols, cols: rank });
+      continue;
+    }
+    for (const p of t.weight.parts) layout.add(name, p.rowOffset, { dtype: act, rows: rank, cols }, { dtype, rows: p.rows, cols: rank });
+  }
+  return layout;
+}
+
+/**
+ * Device bytes a pool of these slots (slot 0 included) takes: a and b of every target, and
+ * the staging tensors an image goes through, in the activation dtype.
+ */
 export function slotWeightsBytes(
   config: ModelConfig, numSlots: number, rank: number, targets: ReadonlySet<string>, placement: Placement,
 ): number {
@@ -102,7 +123,9 @@ export function slotWeightsBytes(
     const [rows, cols] = t.weight.shape, bCols = t.b[1] * t.b[2];
     return rows * (wideWidth(cols, bCols) - cols) + bCols * wideWidth(cols, bCols) + bCols * rows;  // b beside W, A beneath, bT
   };
-  return targetShapes(config, numSlots, rank, targets).reduce((n, t) => n + floatBytes(placement.act) * (elements(t.a) + bElements(t)), 0);
+  const shapes = targetShapes(config, numSlots, rank, targets);
+  const staging = imageLayout(shapes, rank, placement.act, () => placement.act).bytes;
+  return shapes.reduce((n, t) => n + floatBytes(placement.act) * (elements(t.a) + bElements(t)), staging);
 }
 
 /**
@@ -137,8 +160,14 @@ export class SlotWeights {
   /** Every target's ranks, one after the other: a slot load sends them in one copy. */
   private readonly ranks: Tensor;
   private readonly hostRanks: Int32Array;
-  /** Per target, each slot's [rows, cols] view of a (made once: loads are frequent). */
+  /** Per target, each slot's [rows, cols] view of a. */
   private readonly slotViews = new Map<LoraTarget, Tensor[]>();
+  /** Where an adapter's host image holds each slice's A and B (HostAdapter reads into it). */
+  readonly layout: ImageLayout;
+  /** Per dtype of the layout, the device tensor [1, size] a load copies the image into. */
+  private readonly staging = new Map<FloatDType, Tensor>();
+  /** Per slot, the plan that writes the staged image into it. */
+  private readonly plans: ScatterPlan[] = [];
 
   /**
    * `targets`: HF module names; a fused weight gets slots if any of its parts is a target.
@@ -161,6 +190,9 @@ export class SlotWeights {
         this.addTarget(shape, at);
         at += numSlots * shape.slices;
       }
+      this.layout = imageLayout(shapes, rank, act, (t) => this.targets.get(t.weight.name)!.bAll.dtype as FloatDType);
+      for (const [dtype, size] of this.layout.sizes) this.staging.set(dtype, addon.zeros(dtype, [1, size], device));
+      for (let slot = 0; slot < numSlots; slot++) this.plans.push(addon.scatterPlan(this.scatterRegions(slot)));
     } catch (e) {
       this.dispose();
       throw e;
@@ -245,9 +277,9 @@ export class SlotWeights {
     return own;
   }
 
-  /** Device bytes it added: a, the embedding's and lm_head's own b, and the columns beside W (not W's own upcast, see widen). */
+  /** Device bytes it added: a, the embedding's and lm_head's own b, the columns beside W (not W's own upcast, see widen), the staging. */
   get bytes(): number {
-    let n = 0;
+    let n = this.layout.bytes;  // the staging tensors
     for (const t of this.targets.values()) {
       n += floatBytes(t.a.dtype as FloatDType) * t.a.shape.reduce((x, d) => x * d, 1);
       n += floatBytes(t.bAll.dtype as FloatDType) * t.bAll.shape[0] * (t.bAll.shape[1] - t.bCol);
@@ -258,34 +290,24 @@ export class SlotWeights {
   }
 
   /**
-   * Copies an adapter into a slot (everything it does not target is zero): region copies
-   * from its host copy that the GPU runs beside the steps already queued; the next step
-   * waits for them on the GPU, the host does not.
+   * Copies an adapter into a slot (everything it does not target is zero): its image into
+   * the staging tensors, on a side stream after the steps already queued, then the slot's
+   * scatter plan; the next step waits for both on the GPU, the host does not.
    */
   load(slot: number, host: HostAdapter): void {
     for (const t of this.targets.values()) this.slotRanks(t, slot).fill(0);
-    const regions: UploadRegion[] = [];
-    for (const { module: m, a, b, bT } of host.modules) {
+    for (const m of host.adapter.modules) {
       const t = this.targets.get(m.location.engine)!;
-      const j = t.embedding ? 0 : t.sliceOffsets.indexOf(m.location.rowOffset);
-      regions.push(
-        { dst: this.slotViews.get(t)![slot], src: a, row: j * this.rank },
-        ...(t.ext ? [{ dst: t.ext, src: a, row: this.aRow(t, slot) + j * this.rank }] : []),
-        ...(t.bT && bT ? [{ dst: t.bT, src: bT, row: slot * this.slotWidth(t) + j * this.rank, col: m.location.rowOffset }] : []),
-        { dst: t.bAll, src: b, row: t.embedding ? 0 : m.location.rowOffset, col: t.bCol + slot * this.slotWidth(t) + j * this.rank },
-      );
-      this.slotRanks(t, slot)[j] = m.rank;
+      this.slotRanks(t, slot)[t.embedding ? 0 : t.sliceOffsets.indexOf(m.location.rowOffset)] = m.rank;
     }
-    // A target the adapter covers only in part keeps zeros elsewhere: zero it first (the
-    // kernels skip padding by rank, but stale rows of an earlier adapter must not linger).
-    const partial = [...this.targets.values()].filter((t) => !this.slotRanks(t, slot).every((k) => k === this.rank));
-    addon.upload([...this.zeroRegions(partial, slot), ...regions]);
+    addon.upload([...this.staging].map(([dtype, dst]) => ({ dst, src: host.image(dtype) })));
+    this.plans[slot].run();
     this.ranks.copyFromAsync(this.hostRanks);
   }
 
   clear(slot: number): void {
     for (const t of this.targets.values()) this.slotRanks(t, slot).fill(0);
-    addon.upload(this.zeroRegions([...this.targets.values()], slot));
+    this.plans[slot].run(true);
     this.ranks.copyFromAsync(this.hostRanks);
   }
 
@@ -295,16 +317,25 @@ export class SlotWeights {
     return t.hostRanks.subarray(slot * slices, (slot + 1) * slices);
   }
 
-  /** The slot's a, and its columns of every row of b (a window: zeroed on the device). */
-  private zeroRegions(targets: LoraTarget[], slot: number): UploadRegion[] {
-    return targets.flatMap((t) => {
-      const width = this.slotWidth(t);
-      return [
-        { dst: this.slotViews.get(t)![slot] }, { dst: t.bAll, col: t.bCol + slot * width, cols: width },
-        ...(t.ext ? [{ dst: t.ext, row: this.aRow(t, slot), rows: width }] : []),
-        ...(t.bT ? [{ dst: t.bT, row: slot * width, rows: width }] : []),
+  /**
+   * Where a staged image goes in a slot: each slice's A in the slot's a and beneath W (ext),
+   * its B beside W (or in the embedding's and lm_head's own b) and, transposed, in bT. The
+   * windows cover the slot's whole share of every target but the zeros of b beside W that
+   * belong to the other slices' rows, which no load ever writes.
+   */
+  private scatterRegions(slot: number): ScatterRegion[] {
+    return [...this.targets.values()].flatMap((t) => t.sliceOffsets.flatMap((rowOffset, j): ScatterRegion[] => {
+      const { a, b } = this.layout.spans(t.name, rowOffset)!;
+      const srcA = this.staging.get(a.dtype)!, srcB = this.staging.get(b.dtype)!;
+      const col = slot * this.slotWidth(t) + j * this.rank;
+      const regions: ScatterRegion[] = [
+        { dst: this.slotViews.get(t)![slot], row: j * this.rank, rows: a.rows, cols: a.cols, src: srcA, at: a.at },
+        { dst: t.bAll, row: t.embedding ? 0 : rowOffset, col: t.bCol + col, rows: b.rows, cols: b.cols, src: srcB, at: b.at },
       ];
-    });
+      if (t.ext) regions.push({ dst: t.ext, row: this.aRow(t, slot) + j * this.rank, rows: a.rows, cols: a.cols, src: srcA, at: a.at });
+      if (t.bT) regions.push({ dst: t.bT, row: col, col: rowOffset, rows: b.cols, cols: b.rows, src: srcB, at: b.at, transpose: true });
+      return regions;
+    }));
   }
 
   /** The first of a slot's rows of A in a target's ext. */
@@ -319,6 +350,10 @@ export class SlotWeights {
 
   /** Frees the slots; the model's widened weights go back to [out, in]. */
   dispose(): void {
+    this.plans.forEach((p) => p.dispose());
+    this.plans.length = 0;
+    this.staging.forEach((t) => t.dispose());
+    this.staging.clear();
     for (const t of this.targets.values()) {
       this.slotViews.get(t)!.forEach((x) => x.dispose());
       [t.a, t.b, t.aAll, t.ranks, t.ext, t.bT].forEach((x) => x?.dispose());

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 
 import { afterAll, expect, it } from 'vitest';
 
-import { addon, describeGpu, expectOpError, expectSame, floats, onCpu, onCuda, Rng, rounded } from './helpers.js';
+import { addon, describeGpu, expectOpError, expectSame, floats, onCpu, onCuda, Rng, rounded, type Tensor } from './helpers.js';
 
 describeGpu('cuda tensors', () => {
   const dir = mkdtempSync(join(tmpdir(), 'mstar-gpu-'));
@@ -140,6 +140,33 @@ describeGpu('cuda tensors', () => {
     for (let r = 50; r < 53; r++) want.fill(0, r * 48 + 4, r * 48 + 9);  // the zeroed window
     expectSame(floats(after), want);
     expectSame(floats(zeroed), new Float32Array(64));
+  });
+
+  it.each(['bf16', 'f32'] as const)('%s scatterPlan: one kernel fills the windows as the cpu does, in order with the ops around it', (dtype) => {
+    const rng = new Rng(9);
+    const shape = [256, 160], init = rounded(dtype, rng.floats(256 * 160, -1, 1));
+    const values = rounded(dtype, rng.floats(32768, -1, 1));
+    // A large window (many blocks), then 40 narrow ones of 1 to 7 columns (every unit width,
+    // transposed or not; the kernel finds each block's job among them), one empty.
+    const windows = (dst: Tensor, src: Tensor) => [
+      { dst, rows: 256, cols: 96, src, at: 5000 },
+      ...Array.from({ length: 40 }, (_, k) => ({
+        dst, row: (k % 10) * 25, col: 100 + Math.floor(k / 10) * 15, rows: 20, cols: (k % 7) + 1, src, at: k * 37, transpose: k % 3 === 0,
+      })),
+      { dst, row: 4, rows: 0, src },
+    ];
+    const cpuDst = addon.fromArray(dtype, shape, init), cpuSrc = addon.fromArray(dtype, [values.length], values);
+    const dst = addon.fromArray(dtype, shape, rng.floats(256 * 160, -1, 1), 'cuda'), src = addon.fromArray(dtype, [values.length], values, 'cuda');
+    const plans = [addon.scatterPlan(windows(cpuDst, cpuSrc)), addon.scatterPlan(windows(dst, src))];
+    expect(plans[1].regions).toBe(41);
+    dst.copyFromAsync(init);  // enqueued before: the windows land on top of it
+    plans.forEach((p) => p.run());
+    const after = addon.empty(dtype, shape, 'cuda');
+    addon.copyRegion(after, dst, 0, 0, 1, false);  // enqueued after: sees them
+    expectSame(floats(after), floats(cpuDst));
+    plans.forEach((p) => p.run(true));
+    expectSame(floats(dst), floats(cpuDst));
+    plans.forEach((p) => p.dispose());
   });
 });
 
