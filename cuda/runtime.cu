@@ -228,19 +228,14 @@ void upload(const UploadRegion* regions, size_t count) {
     const UploadRegion& r = regions[i];
     const size_t width = r.cols * r.elemBytes;
     if (r.rows == 0 || width == 0) continue;
-    // Whole rows are one contiguous run: a 2-D copy of narrow rows (a rank-16 B's 32 bytes)
-    // would move them one DMA row at a time.
-    const bool contiguous = r.dstPitch == width;
-    if (r.src && contiguous)
+    // Whole rows are one contiguous run: a 2-D copy of narrow rows would move them one DMA
+    // row at a time.
+    if (r.dstPitch == width)
       check(cudaMemcpyAsync(r.dst, r.src, width * r.rows, cudaMemcpyHostToDevice, gUploadStream),
             "cudaMemcpyAsync (host to device)");
-    else if (r.src)
+    else
       check(cudaMemcpy2DAsync(r.dst, r.dstPitch, r.src, width, width, r.rows, cudaMemcpyHostToDevice, gUploadStream),
             "cudaMemcpy2DAsync (host to device)");
-    else if (contiguous)
-      check(cudaMemsetAsync(r.dst, 0, width * r.rows, gUploadStream), "cudaMemsetAsync");
-    else
-      check(cudaMemset2DAsync(r.dst, r.dstPitch, 0, width, r.rows, gUploadStream), "cudaMemset2DAsync");
   }
   check(cudaEventRecord(gUploaded, gUploadStream), "cudaEventRecord");
   check(cudaStreamWaitEvent(compute, gUploaded, 0), "cudaStreamWaitEvent");

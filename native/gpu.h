@@ -40,8 +40,8 @@ void synchronize();  // waits for every op enqueued so far (no-op before the fir
 void* allocPinned(size_t bytes) noexcept;
 void freePinned(void* p) noexcept;
 
-// One region of an adapter upload: rows x cols elements of elemBytes from src (rows
-// contiguous) into dst, whose rows are dstPitch bytes apart; src null: dst's rows zeroed.
+// One region of an upload: rows x cols elements of elemBytes from src (rows contiguous)
+// into dst, whose rows are dstPitch bytes apart.
 struct UploadRegion {
   void* dst;
   size_t dstPitch;

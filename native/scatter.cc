@@ -12,27 +12,13 @@
 #include <vector>
 
 #include "gpu.h"
-#include "js_int.h"
+#include "region_args.h"
 #include "tensor.h"
 
 namespace mstar {
 namespace {
 
-[[noreturn]] void fail(Napi::Env env, size_t i, const std::string& msg) {
-  throw Napi::Error::New(env, "scatterPlan: region " + std::to_string(i) + ": " + msg);
-}
-
-// One region's fields as JS values, read first for every region: reading them may run JS
-// (a getter) that could dispose a tensor already unwrapped.
-struct RegionFields {
-  Napi::Value dst, src, at, row, col, rows, cols, transpose;
-};
-
-RegionFields fields(Napi::Env env, const Napi::Value& v, size_t i) {
-  if (!v.IsObject()) fail(env, i, "must be an object {dst, src, at?, row?, col?, rows?, cols?, transpose?}");
-  Napi::Object o = v.As<Napi::Object>();
-  return {o.Get("dst"), o.Get("src"), o.Get("at"), o.Get("row"), o.Get("col"), o.Get("rows"), o.Get("cols"), o.Get("transpose")};
-}
+enum Key { kDst, kSrc, kAt, kRow, kCol, kRows, kCols, kTranspose };
 
 // The widest unit (16 bytes down to 1) that divides every address and width of a copy.
 uint32_t unitOf(const char* dst, uint64_t pitch, const char* src, uint64_t rowBytes) {
@@ -42,38 +28,26 @@ uint32_t unitOf(const char* dst, uint64_t pitch, const char* src, uint64_t rowBy
   return unit;
 }
 
-// A region checked and turned into a job; runs no JS, throws before anything is kept.
-gpu::ScatterJob job(Napi::Env env, const RegionFields& f, size_t i, Tensor** dstOut, Tensor** srcOut) {
-  auto tensor = [&](const Napi::Value& t, const char* key) -> Tensor* {
-    if (t.IsUndefined() || t.IsNull()) fail(env, i, std::string(key) + " is missing");
-    if (!Tensor::Is(t)) fail(env, i, std::string(key) + " must be a Tensor");
-    Tensor* x = Tensor::Unwrap(t.As<Napi::Object>());
-    if (x->disposed()) fail(env, i, std::string(key) + " is a disposed Tensor");
-    return x;
-  };
-  auto offset = [&](const Napi::Value& n, const char* key, int64_t fallback) -> int64_t {
-    if (n.IsUndefined()) return fallback;
-    const int64_t d = safeInteger(n, "scatterPlan: region " + std::to_string(i) + ": " + key);
-    if (d < 0) fail(env, i, std::string(key) + " must be an integer >= 0");
-    return d;
-  };
-  Tensor* dst = *dstOut = tensor(f.dst, "dst");
-  Tensor* src = *srcOut = tensor(f.src, "src");
-  if (dst->rank() != 2) fail(env, i, "dst " + dst->describe() + " must be 2-D");
-  if (src->device() != dst->device()) fail(env, i, "src and dst must be on one device");
-  if (src->dtype() != dst->dtype()) fail(env, i, "src " + src->describe() + " must have dst's dtype (" + dst->describe() + ")");
-  if (!f.transpose.IsUndefined() && !f.transpose.IsBoolean()) fail(env, i, "transpose must be a boolean");
-  const bool transpose = f.transpose.IsBoolean() && f.transpose.As<Napi::Boolean>().Value();
-  const int64_t row = offset(f.row, "row", 0), col = offset(f.col, "col", 0);
-  const int64_t rows = offset(f.rows, "rows", dst->dim(0) - row), cols = offset(f.cols, "cols", dst->dim(1) - col);
-  const int64_t at = offset(f.at, "at", 0);
+// Region i checked and turned into a job (and its tensors); throws before anything is kept.
+gpu::ScatterJob job(const RegionArgs& args, size_t i, Tensor** dstOut, Tensor** srcOut) {
+  Tensor* dst = *dstOut = args.tensor(i, kDst);
+  Tensor* src = *srcOut = args.tensor(i, kSrc);
+  if (dst->rank() != 2) args.fail(i, "dst " + dst->describe() + " must be 2-D");
+  if (src->device() != dst->device()) args.fail(i, "src and dst must be on one device");
+  if (src->dtype() != dst->dtype()) args.fail(i, "src " + src->describe() + " must have dst's dtype (" + dst->describe() + ")");
+  const Napi::Value& flag = args.get(i, kTranspose);
+  if (!flag.IsUndefined() && !flag.IsBoolean()) args.fail(i, "transpose must be a boolean");
+  const bool transpose = flag.IsBoolean() && flag.As<Napi::Boolean>().Value();
+  const int64_t row = args.offset(i, kRow), col = args.offset(i, kCol);
+  const int64_t rows = args.offset(i, kRows, dst->dim(0) - row), cols = args.offset(i, kCols, dst->dim(1) - col);
+  const int64_t at = args.offset(i, kAt);
   if (rows < 0 || cols < 0 || row + rows > dst->dim(0) || col + cols > dst->dim(1))
-    fail(env, i, "[" + std::to_string(rows) + ", " + std::to_string(cols) + "] at (" + std::to_string(row) + ", " +
+    args.fail(i, "[" + std::to_string(rows) + ", " + std::to_string(cols) + "] at (" + std::to_string(row) + ", " +
                      std::to_string(col) + ") does not fit in dst " + dst->describe());
   if (at + rows * cols > src->numel())
-    fail(env, i, std::to_string(rows * cols) + " elements from " + std::to_string(at) + " do not fit in src " + src->describe());
+    args.fail(i, std::to_string(rows * cols) + " elements from " + std::to_string(at) + " do not fit in src " + src->describe());
   const uint64_t elem = dtypeSize(dst->dtype());
-  if (uint64_t(rows) * cols * elem >= (uint64_t(1) << 32)) fail(env, i, "a window must be under 4 GiB");
+  if (uint64_t(rows) * cols * elem >= (uint64_t(1) << 32)) args.fail(i, "a window must be under 4 GiB");
   gpu::ScatterJob j{};
   j.dst = static_cast<char*>(dst->data()) + (row * dst->dim(1) + col) * elem;
   j.src = static_cast<const char*>(src->data()) + at * elem;
@@ -168,18 +142,15 @@ class ScatterPlan : public Napi::ObjectWrap<ScatterPlan> {
 // info.Data(): this env's ScatterPlan constructor.
 Napi::Value MakeScatterPlan(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (!info[0].IsArray()) throw Napi::TypeError::New(env, "scatterPlan: regions must be an array");
-  Napi::Array list = info[0].As<Napi::Array>();
-  std::vector<RegionFields> all;
-  for (uint32_t i = 0; i < list.Length(); ++i) all.push_back(fields(env, list.Get(i), i));
+  const RegionArgs args(env, info[0], "scatterPlan", {"dst", "src", "at", "row", "col", "rows", "cols", "transpose"});
   std::vector<gpu::ScatterJob> jobs;
   std::vector<std::shared_ptr<Storage>> keep;
   bool cuda = false;
-  for (size_t i = 0; i < all.size(); ++i) {
+  for (size_t i = 0; i < args.size(); ++i) {
     Tensor *dst, *src;
-    const gpu::ScatterJob j = job(env, all[i], i, &dst, &src);
+    const gpu::ScatterJob j = job(args, i, &dst, &src);
     if (i == 0) cuda = dst->device() == Device::CUDA;
-    else if (cuda != (dst->device() == Device::CUDA)) fail(env, i, "dst is on another device than region 0's");
+    else if (cuda != (dst->device() == Device::CUDA)) args.fail(i, "dst is on another device than region 0's");
     keep.push_back(dst->storage());
     keep.push_back(src->storage());
     if (j.rows && j.cols) jobs.push_back(j);

@@ -65,12 +65,9 @@ export interface Fence {
 /** One region of an upload: see Binding.upload. */
 export interface UploadRegion {
   dst: Tensor;
-  src?: Tensor;
+  src: Tensor;
   row?: number;
   col?: number;
-  /** Without src: zero the [rows, cols] window of dst at (row, col) (each by default to dst's end) instead of all of dst. */
-  rows?: number;
-  cols?: number;
 }
 
 /** One window of a scatter plan: see Binding.scatterPlan. */
@@ -146,10 +143,9 @@ export interface Binding {
   pinnedEmpty(dtype: DType, shape: number[]): Tensor;
   /**
    * Copies host tensors into regions of device tensors without waiting: each region's
-   * dst[row.., col..] = src (both 2-D, one dtype), or with no src, all of dst is zeroed (given
-   * rows or cols, only that window of it, from (row, col): on the device, nothing crosses the bus).
-   * Every dst is on one device. On cuda the copies run on a side stream after every op
-   * enqueued before the call, and every op enqueued after it waits for them; a pinned src
+   * dst[row.., col..] = src (both 2-D, one dtype). Every dst is on one device. On cuda the
+   * copies run on a side stream after every op enqueued before the call, and every op
+   * enqueued after it waits for them; a pinned src
    * (pinnedEmpty) copies asynchronously and is freed only once they ran, so it must not be
    * written meanwhile. On cpu, plain copies. Checks every region before copying any.
    */
