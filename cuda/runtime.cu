@@ -206,7 +206,7 @@ void freePinned(void* p) noexcept {
   });
 }
 
-void upload(const UploadRegion* regions, size_t count) {
+void upload(const UploadRegion* regions, size_t count, bool joinAfter) {
   requireNotCapturing("an upload to the device");
   std::call_once(gUploadOnce, initUpload);
   cudaStream_t compute = stream();
@@ -238,8 +238,13 @@ void upload(const UploadRegion* regions, size_t count) {
             "cudaMemcpy2DAsync (host to device)");
   }
   check(cudaEventRecord(gUploaded, gUploadStream), "cudaEventRecord");
-  check(cudaStreamWaitEvent(compute, gUploaded, 0), "cudaStreamWaitEvent");
+  if (joinAfter) check(cudaStreamWaitEvent(compute, gUploaded, 0), "cudaStreamWaitEvent");
   join.joined = true;
+}
+
+void awaitUploads() {
+  requireNotCapturing("waiting for uploads");
+  if (gUploadStream) check(cudaStreamWaitEvent(stream(), gUploaded, 0), "cudaStreamWaitEvent");
 }
 
 Scratch::Scratch(size_t bytes, const char* what) {

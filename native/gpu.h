@@ -48,10 +48,12 @@ struct UploadRegion {
   const void* src;
   size_t rows, cols, elemBytes;
 };
-// Copies the regions on a side stream that first waits for every op enqueued so far and
-// that the stream waits for before any op enqueued later: the host does not wait, and the
-// compute stream runs on until it needs the data.
-void upload(const UploadRegion* regions, size_t count);
+// Copies the regions on a side stream that first waits for every op enqueued so far; join:
+// the stream waits for the copies before any op enqueued later (the host does not wait, and
+// the compute stream runs on until it needs the data); else only once awaitUploads() says.
+void upload(const UploadRegion* regions, size_t count, bool join);
+// Every op enqueued from now on waits for the uploads enqueued so far. Not while capturing.
+void awaitUploads();
 // One window of a scatter (native/scatter.cc): rows x cols elements of elemBytes into dst
 // (rows dstPitch bytes apart) from src, read contiguously (transposed: src holds the window
 // as [cols, rows]). unit: the bytes one thread moves, a power of two that divides every

@@ -28,7 +28,8 @@ double readBandwidth(size_t, int) { none(); }
 float timeOnStream(const std::function<void()>&, int) { none(); }
 void* allocPinned(size_t) noexcept { return nullptr; }
 void freePinned(void*) noexcept {}
-void upload(const UploadRegion*, size_t) { none(); }
+void upload(const UploadRegion*, size_t, bool) { none(); }
+void awaitUploads() {}
 void scatter(const ScatterJob*, uint32_t, uint32_t, bool) { none(); }
 
 struct Uploader::Impl {};

@@ -37,6 +37,8 @@ gpu::UploadRegion region(const RegionArgs& args, size_t i, Device* device) {
 Napi::Value Upload(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const RegionArgs args(env, info[0], "upload", {"dst", "src", "row", "col"});
+  if (!info[1].IsUndefined() && !info[1].IsBoolean()) throw Napi::TypeError::New(env, "upload: join must be a boolean");
+  const bool join = !info[1].IsBoolean() || info[1].As<Napi::Boolean>().Value();
   std::vector<gpu::UploadRegion> regions;
   bool cuda = false;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -46,7 +48,7 @@ Napi::Value Upload(const Napi::CallbackInfo& info) {
     else if (cuda != (device == Device::CUDA)) args.fail(i, "dst is on another device than region 0's");
   }
   if (regions.empty()) return env.Undefined();
-  if (cuda) return withErrors(env, "upload", [&] { gpu::upload(regions.data(), regions.size()); return env.Undefined(); });
+  if (cuda) return withErrors(env, "upload", [&] { gpu::upload(regions.data(), regions.size(), join); return env.Undefined(); });
   for (const gpu::UploadRegion& r : regions) {
     const size_t width = r.cols * r.elemBytes;
     for (size_t y = 0; y < r.rows; ++y)
@@ -55,11 +57,18 @@ Napi::Value Upload(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+// awaitUploads(): see lib/addon/types.ts.
+Napi::Value AwaitUploads(const Napi::CallbackInfo& info) {
+  withErrors(info.Env(), "awaitUploads", [] { gpu::awaitUploads(); });
+  return info.Env().Undefined();
+}
+
 }  // namespace
 
 void RegisterUpload(Napi::Env env, Napi::Object exports) {
   exports["pinnedEmpty"] = Napi::Function::New<PinnedEmpty>(env, "pinnedEmpty");
   exports["upload"] = Napi::Function::New<Upload>(env, "upload");
+  exports["awaitUploads"] = Napi::Function::New<AwaitUploads>(env, "awaitUploads");
 }
 
 }  // namespace mstar

@@ -145,11 +145,14 @@ export interface Binding {
    * Copies host tensors into regions of device tensors without waiting: each region's
    * dst[row.., col..] = src (both 2-D, one dtype). Every dst is on one device. On cuda the
    * copies run on a side stream after every op enqueued before the call, and every op
-   * enqueued after it waits for them; a pinned src
+   * enqueued after it waits for them (join false: only those enqueued after awaitUploads(),
+   * so the copies overlap the ops enqueued meanwhile); a pinned src
    * (pinnedEmpty) copies asynchronously and is freed only once they ran, so it must not be
    * written meanwhile. On cpu, plain copies. Checks every region before copying any.
    */
-  upload(regions: UploadRegion[]): void;
+  upload(regions: UploadRegion[], join?: boolean): void;
+  /** Every op enqueued from now on waits for the uploads so far (a no-op on cpu). Throws while capturing a graph. */
+  awaitUploads(): void;
   /**
    * A plan that fills every region's window of dst from its src: checked now (fit, dtype,
    * device, span), and on cuda laid out as a job table in device memory, so that each run

@@ -292,14 +292,18 @@ export class Engine {
    * Time slices of the adapter slots: when every slot is pinned and the longest-held
    * slot's slice is over, that slot's requests pause (keeping their KV) and the slot goes
    * to the adapter of the oldest request waiting for one (whose host copy is read), kept
-   * for it until its requests come in.
+   * for it until its requests come in. Until the slice is over, that adapter's copy to the
+   * device starts ahead, beside the steps.
    */
   private takeTurns(lora: LoraManager): void {
     lora.tick();
-    const slot = lora.turnReady();
-    if (slot === undefined) return;
     const waiter = this.scheduler.waiting.find((s) => s.adapterKey !== null && lora.canTakeTurn(s.adapterKey));
     if (!waiter) return;
+    const slot = lora.turnReady();
+    if (slot === undefined) {
+      lora.prepareTurn(waiter.adapterKey!);
+      return;
+    }
     this.scheduler.pause((s) => s.slot === slot);
     lora.handOver(slot, waiter.adapterKey!);
   }

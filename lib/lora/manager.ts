@@ -182,6 +182,15 @@ export class LoraManager {
     return false;
   }
 
+  /**
+   * Starts copying `key`'s host copy towards the device ahead of its hand-over (it waits for
+   * a slot whose time slice runs on), so that the copy overlaps the steps until then.
+   */
+  prepareTurn(key: string): void {
+    const h = this.host.get(key);
+    if (h) this.weights.stage(h);
+  }
+
   /** Puts `key` into `slot`, which no request pins any more; false if the copy failed. */
   handOver(slot: number, key: string): boolean {
     this.table.replace(slot, key, this.step, this.sliceSteps);

@@ -168,6 +168,8 @@ export class SlotWeights {
   private readonly staging = new Map<FloatDType, Tensor>();
   /** Per slot, the plan that writes the staged image into it. */
   private readonly plans: ScatterPlan[] = [];
+  /** The adapter whose image the staging tensors hold (or are being sent): its load skips the copy. */
+  private staged?: HostAdapter;
 
   /**
    * `targets`: HF module names; a fused weight gets slots if any of its parts is a target.
@@ -290,9 +292,21 @@ export class SlotWeights {
   }
 
   /**
+   * Starts copying an adapter's image into the staging tensors, on a side stream after the
+   * steps already queued and beside those queued meanwhile: for an adapter about to get a
+   * slot (the next load of it then finds it there). Supersedes an image staged before.
+   */
+  stage(host: HostAdapter): void {
+    if (this.staged === host) return;
+    this.staged = undefined;  // on a failed copy the staging holds neither
+    addon.upload([...this.staging].map(([dtype, dst]) => ({ dst, src: host.image(dtype) })), false);
+    this.staged = host;
+  }
+
+  /**
    * Copies an adapter into a slot (everything it does not target is zero): its image into
-   * the staging tensors, on a side stream after the steps already queued, then the slot's
-   * scatter plan; the next step waits for both on the GPU, the host does not.
+   * the staging tensors (unless staged already), then the slot's scatter plan; the next step
+   * waits for both on the GPU, the host does not.
    */
   load(slot: number, host: HostAdapter): void {
     for (const t of this.targets.values()) this.slotRanks(t, slot).fill(0);
@@ -300,7 +314,8 @@ export class SlotWeights {
       const t = this.targets.get(m.location.engine)!;
       this.slotRanks(t, slot)[t.embedding ? 0 : t.sliceOffsets.indexOf(m.location.rowOffset)] = m.rank;
     }
-    addon.upload([...this.staging].map(([dtype, dst]) => ({ dst, src: host.image(dtype) })));
+    this.stage(host);
+    addon.awaitUploads();
     this.plans[slot].run();
     this.ranks.copyFromAsync(this.hostRanks);
   }
@@ -350,6 +365,7 @@ export class SlotWeights {
 
   /** Frees the slots; the model's widened weights go back to [out, in]. */
   dispose(): void {
+    this.staged = undefined;
     this.plans.forEach((p) => p.dispose());
     this.plans.length = 0;
     this.staging.forEach((t) => t.dispose());

@@ -142,6 +142,16 @@ describeGpu('cuda tensors', () => {
     expectSame(floats(whole), row);
   });
 
+  it('upload without join: the ops after awaitUploads() see the copy', () => {
+    const values = new Rng(6).floats(1 << 20, -1, 1);
+    const src = addon.pinnedEmpty('f32', [1, 1 << 20]).copyFrom(values);
+    const dst = addon.zeros('f32', [1, 1 << 20], 'cuda'), seen = addon.empty('f32', [1, 1 << 20], 'cuda');
+    addon.upload([{ dst, src }], false);
+    addon.awaitUploads();
+    addon.copyRegion(seen, dst, 0, 0, 1, false);
+    expectSame(floats(seen), values);
+  });
+
   it.each(['bf16', 'f32'] as const)('%s scatterPlan: one kernel fills the windows as the cpu does, in order with the ops around it', (dtype) => {
     const rng = new Rng(9);
     const shape = [256, 160], init = rounded(dtype, rng.floats(256 * 160, -1, 1));

@@ -96,6 +96,34 @@ describe('LoRA equals merged weights', () => {
     });
   }
 
+  // A slot load copies the adapter's image to the device unless it was staged ahead
+  // (LoraManager.prepareTurn): whatever was staged, and in whichever order, each slot must
+  // end up with its own adapter.
+  it('images staged ahead, superseded by another load or not, land each adapter in its own slot', async () => {
+    const targets = ['q_proj', 'v_proj', 'down_proj'];
+    const modules = (rank: number) => [spec('model.layers.0.self_attn.q_proj', rank), spec('model.layers.2.self_attn.v_proj', rank), spec('model.layers.1.mlp.down_proj', rank)];
+    const one = await writeAdapter(modules(8), { r: 8, lora_alpha: 16, target_modules: targets }, 11);
+    const two = await writeAdapter(modules(4), { r: 4, lora_alpha: 4, target_modules: targets }, 12);
+    const run = async (staged: boolean) => {
+      const lora = new LoraManager(base, { slots: 2, maxRank: 16, hostCache: 2, targets: ALL });
+      await lora.register('one', one.dir);
+      await lora.register('two', two.dir);
+      const [k1, k2] = [lora.keyOf('one')!, lora.keyOf('two')!];
+      if (staged) lora.prepareTurn(k2);  // superseded by one's load
+      const a = lora.acquire(k1) as number;
+      if (staged) [k1, k2].forEach((k) => lora.prepareTurn(k));  // two's load then skips its copy
+      const b = lora.acquire(k2) as number;
+      base.lora = lora.weights;
+      const out = logits(base, prompts, [a, 0, b], vocab);
+      base.lora = undefined;
+      lora.dispose();
+      return out;
+    };
+    const [staged, plain] = [await run(true), await run(false)];
+    staged.forEach((l, i) => expect(relativeError(l, plain[i])).toBe(0));
+    expect(relativeError(staged[0], staged[2])).toBeGreaterThan(1e-3);  // two different adapters, both applied
+  });
+
   // The GEMM path multiplies every slot's padding, so a slot must hold zeros wherever its
   // adapter has nothing, even after a larger adapter held it (the kernels skip by rank).
   it('a slot that held a full rank-16 adapter, then a partial rank-4 one: both paths equal merged weights', async () => {

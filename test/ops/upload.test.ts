@@ -42,6 +42,7 @@ describe('upload', () => {
     const dst = addon.fromArray('f32', [2, 2], seq(4)), src = addon.fromArray('f32', [1, 2], seq(2, 50));
     const sneaky = { dst, get src() { dst.dispose(); return src; } };
     expect(() => addon.upload([sneaky as never])).toThrow(/region 0: dst is a disposed Tensor/);
+    expect(() => addon.upload([], 1 as never)).toThrow(/upload: join must be a boolean/);
     const other = addon.fromArray('f32', [2, 2], seq(4));
     expect(() => addon.upload([{ dst: other, src, row: 2 ** 60 } as never])).toThrow(/region 0: row must be an integer of at most 2\^53 - 1/);
     expect(Array.from(other.toArray())).toEqual([1, 2, 3, 4]);
