@@ -132,12 +132,12 @@ __global__ __launch_bounds__(kWarps * 32) void gemvMmaKernel(bf16* out, const bf
 #pragma unroll
     for (int k = 0; k < 4; ++k) partial[warp][gi * 4 + k][lane] = acc[gi][k];
   __syncthreads();
-  // Each output's partial sums in warp order. D's element k of lane l is row 2 (l % 4) +
-  // (k & 1) of its group of x, output l / 4 + 8 (k >> 1) of the block's 16.
+  // Each output's partial sums in warp order. D's element k of lane l is row accColumn(l, k)
+  // of its group of x, output accRow(l, k) of the block's 16.
   for (int v = threadIdx.x; v < NG * 4 * 32; v += kWarps * 32) {
     const int l = v % 32, kk = v / 32, k = kk % 4, gi = kk / 4;
-    const int r = 8 * gi + 2 * (l % 4) + (k & 1);
-    const int64_t o = o0 + l / 4 + 8 * (k >> 1);
+    const int r = 8 * gi + accColumn(l, k);
+    const int64_t o = o0 + accRow(l, k);
     if (r >= n || o >= outF) continue;
     float s = 0;
 #pragma unroll

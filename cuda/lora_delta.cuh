@@ -227,10 +227,10 @@ __device__ __forceinline__ TilePlan<NT> tilePlan(const LoraDelta& d, const int64
   return p;
 }
 
-// Where element e of a lane's tile accumulator sits (mma.cuh's D, the outputs as M and the rows
-// as N): the tile's row 2q + e % 2 and output g + 8 (e / 2).
-__device__ __forceinline__ int tileRow(int e) { return 2 * (threadIdx.x % 4) + e % 2; }
-__device__ __forceinline__ int tileOutput(int e) { return threadIdx.x % 32 / 4 + 8 * (e / 2); }
+// Where element e of this lane's tile accumulator sits (mma.cuh's D, the outputs as its rows and
+// the step's rows as its columns): the tile's row 2q + e % 2 and output g + 8 (e / 2).
+__device__ __forceinline__ int tileRow(int e) { return accColumn(threadIdx.x % 32, e); }
+__device__ __forceinline__ int tileOutput(int e) { return accRow(threadIdx.x % 32, e); }
 
 // The deltas of the planned tiles into acc[j][0..3] (tileRow, tileOutput: outputs o0[j] + g,
 // rows r0 + 2q and r0 + 2q + 1; o0[j] + g + 8, the same rows; a row from n on: the last row's). A row

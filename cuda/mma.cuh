@@ -18,6 +18,10 @@ __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Where element e of lane `lane`'s D sits: row accRow (of 16), column accColumn (of 8).
+__device__ __forceinline__ int accRow(int lane, int e) { return (lane >> 2) + 8 * (e >> 1); }
+__device__ __forceinline__ int accColumn(int lane, int e) { return 2 * (lane & 3) + (e & 1); }
+
 // An 8 x 8 tile of 16-bit elements held as the warp's fragment (lane: row lane / 4, columns
 // 2 (lane % 4) and the next, in v), transposed: the lane then holds the transpose's such pair.
 // An A fragment from a matrix stored k-major (A's columns as rows) takes one per 8 x 8 tile.
