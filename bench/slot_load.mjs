@@ -1,8 +1,9 @@
 // A slot load alone: the pool's SlotWeights.load of an adapter already in the host cache,
 // as the engine thread runs it when a slot changes hands (churn). Prints, over LOADS loads
 // alternating between two adapters into one slot (after WARMUP), the median host time of
-// the call (what the engine thread is held for) and the median time until the GPU has it
-// (the call and a synchronize, from an idle stream):
+// the call (what the engine thread is held for), the median time until the GPU has it (the
+// call and a synchronize, from an idle stream), and that time when the image was staged
+// ahead (SlotWeights.stage, as the engine does before a time slice's hand-over):
 //
 //   node bench/slot_load.mjs DIR     (DIR from `mstar synth --adapters 2` or more; DEVICE=cpu: the reference)
 //
@@ -37,8 +38,19 @@ for (let i = 0; i < WARMUP + LOADS; i++) {
   const t2 = performance.now();
   if (i >= WARMUP) host.push(t1 - t0), done.push(t2 - t0);
 }
+// The same loads with the image staged ahead (as the engine does for the next time slice):
+// what is left is the scatter.
+const staged = [];
+for (let i = 0; i < WARMUP + LOADS; i++) {
+  pool.stage(hosts[i % 2]);
+  addon.synchronize();
+  const t0 = performance.now();
+  pool.load(1, hosts[i % 2]);
+  addon.synchronize();
+  if (i >= WARMUP) staged.push(performance.now() - t0);
+}
 const mb = pool.bytes / 2 ** 20;
 console.log(`slot load, ${model.config.numLayers} layers, rank ${RANK}, pool ${mb.toFixed(1)} MiB on ${placement.device}: ` +
-  `host ${(median(host) * 1000).toFixed(0)} µs, done ${median(done).toFixed(2)} ms (medians of ${LOADS})`);
+  `host ${(median(host) * 1000).toFixed(0)} µs, done ${median(done).toFixed(2)} ms, staged ahead ${median(staged).toFixed(2)} ms (medians of ${LOADS})`);
 hosts.forEach((h) => h.dispose());
 pool.dispose();
