@@ -43,6 +43,7 @@ for (let i = 0; i < WARMUP + LOADS; i++) {
 const staged = [];
 for (let i = 0; i < WARMUP + LOADS; i++) {
   pool.stage(hosts[i % 2]);
+  addon.awaitUploads();  // the copy runs on a side stream, which synchronize() alone does not wait for
   addon.synchronize();
   const t0 = performance.now();
   pool.load(1, hosts[i % 2]);
