@@ -32,10 +32,8 @@ export class ImageLayout {
   private readonly slices = new Map<string, SliceSpans>();
 
   /** Places slice `rowOffset` of target `target` (a fused weight's slices by their first row). */
-  add(target: string, rowOffset: number, a: Omit<Span, 'at'>, b: Omit<Span, 'at'>): SliceSpans {
-    const spans = { a: this.place(a), b: this.place(b) };
-    this.slices.set(key(target, rowOffset), spans);
-    return spans;
+  add(target: string, rowOffset: number, a: Omit<Span, 'at'>, b: Omit<Span, 'at'>): void {
+    this.slices.set(key(target, rowOffset), { a: this.place(a), b: this.place(b) });
   }
 
   spans(target: string, rowOffset: number): SliceSpans | undefined {
