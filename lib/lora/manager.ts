@@ -16,8 +16,9 @@ export interface LoraOptions {
   targets: string[];
   /**
    * Engine steps an adapter keeps a pinned slot before a waiting adapter may take it over
-   * (serve.yaml's slice_steps, default 16: a few tens of ms of decode, against one upload
-   * of the adapter).
+   * (serve.yaml's slice_steps, default 16). Shorter slices cut the waiting requests' stalls
+   * (churn's ITL p99 is about a slice) and cost throughput: on 8B, 8 steps halved ITL p99 for
+   * ~2 points of churn retention, 4 steps added 1.3 ms to every step (bench/RESULTS.md).
    */
   sliceSteps?: number;
 }
