@@ -82,4 +82,36 @@ describeGpu('LoRA by GEMMs over every slot', () => {
     cuda.dispose();
     cpu.dispose();
   });
+
+  // B beside W takes W's dtype: with f16 weights under bf16 activations an adapter's image has
+  // two parts (A in bf16, B in f16), each through its own staging tensor into the slot.
+  it('f16 weights under bf16 activations: an image in two dtypes gives the CPU\'s logits as bf16 weights do', async () => {
+    const prompts = [0, 1, 2].map((i) => Array.from({ length: 9 + 5 * i }, (_, j) => 3 + ((i * 97 + j * 29) % 400)));
+    const dir = join(FIXTURES, 'models', MODEL);
+    const cpu = loadModel(dir, { dtype: 'f32' });
+    const onCpu = await withAdapters(cpu);
+    const rowSlots = [onCpu.slots[0], 0, onCpu.slots[1]];
+    const want = logits(cpu, prompts, rowSlots), plain = logits(cpu, prompts, [0, 0, 0]);
+    const errors = (dtype: 'bf16' | 'f16') => {
+      const cuda = loadModel(dir, { placement: cudaPlacement('bf16'), dtype });
+      return withAdapters(cuda).then((on) => {
+        const parts = [...cuda.lora!.layout.sizes.keys()].sort();
+        const got = logits(cuda, prompts, rowSlots);
+        on.close();
+        cuda.dispose();
+        return { parts, errors: got.map((g, i) => relativeError(g, want[i])) };
+      });
+    };
+    const [f16, bf16] = [await errors('f16'), await errors('bf16')];
+    expect(f16.parts).toEqual(['bf16', 'f16']);
+    expect(bf16.parts).toEqual(['bf16']);
+    f16.errors.forEach((e, i) => {
+      console.log(`prompt ${i} (slot ${rowSlots[i]}): against the CPU, f16 weights ${e.toExponential(2)}, bf16 weights ${bf16.errors[i].toExponential(2)}`);
+      expect(e, `prompt ${i}`).toBeLessThan(Math.max(2 * bf16.errors[i], 2e-2));
+    });
+    // The adapters did something the comparison would see.
+    [0, 2].forEach((i) => expect(relativeError(want[i], plain[i])).toBeGreaterThan(5 * Math.max(f16.errors[i], 1e-3)));
+    onCpu.close();
+    cpu.dispose();
+  });
 });
