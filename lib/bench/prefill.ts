@@ -2,6 +2,9 @@
 // N-token prefill (every linear weight on every token, causal attention, the LM head on
 // the last token) ÷ its time to first token ÷ the peak. Measured alone (c=1, one output
 // token), so TTFT is the prefill plus one request's overhead (HTTP, scheduling, sampling).
+// With LoRA on it runs on the base model and on the first adapter; the adapter's own FLOPs
+// (2·rank·(in + out) a token per target, ~1% at rank 16) are not counted, so the two
+// fractions compare the same work.
 import { openCheckpoint } from '../checkpoint/checkpoint.js';
 import { readModelConfig } from '../checkpoint/config.js';
 import { planWeights } from '../checkpoint/plan.js';

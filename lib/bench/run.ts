@@ -67,7 +67,9 @@ export async function runBenchmark(opts: BenchOptions, ui: BenchUi): Promise<Ben
   const long = opts.prefill === undefined || serveConfig === undefined ? undefined : prefillGrid(grid, opts.prefill, serveConfig);
   const onSide = (side: Side, m: readonly MixName[]) => async (round: number) => {
     runs[side.engine].push(...await runRoundOnThread(grid, side, m, round));
-    if (long && round === 1) prefillRuns[side.engine].push(...await runRoundOnThread(long, side, ['base'], 1));
+    // The long prompt on the base model, and where the side's mixes name adapters, on one too.
+    const longMixes: MixName[] = m.some(needsAdapters) ? ['base', 'one'] : ['base'];
+    if (long && round === 1) prefillRuns[side.engine].push(...await runRoundOnThread(long, side, longMixes, 1));
   };
   if (serveConfig !== undefined) {
     // The engine under test and its LoRA-off twin: one at a time, so neither slows the other.
@@ -97,7 +99,8 @@ export async function runBenchmark(opts: BenchOptions, ui: BenchUi): Promise<Ben
   }
   const cells = cellsOf('lora-on', mixes, loads, runs['lora-on']);
   const baseline = sides.length > 1 ? cellsOf('lora-off', ['base'], loads, runs['lora-off']) : [];
-  const prefill = long ? (['lora-on', 'lora-off'] as const).flatMap((e) => cellsOf(e, ['base'], long.loads, prefillRuns[e])) : [];
+  const prefill = long ? (['lora-on', 'lora-off'] as const).flatMap((e) =>
+    cellsOf(e, [...new Set(prefillRuns[e].map((r) => r.mix))], long.loads, prefillRuns[e])) : [];
   const engines = counters.size > 0 ? [...counters.values()] : null;
   const url = urls.get('lora-on')!, baselineUrl = urls.get('lora-off') ?? null;
   const all = [...withRetention(cells, baseline), ...withRetention(baseline, baseline)];

@@ -52,12 +52,12 @@ export function formatRoofline(r: RooflineReport): string {
     `${c.adapterBytes > 0 ? ` (adapter ${formatBytes(c.adapterBytes)})` : ''} -> ${formatPercent(c.fraction)} of bandwidth`)].join('\n');
 }
 
-/** One line per engine: the long prompt's TTFT p50, achieved TFLOP/s and share of the peak. */
+/** One line per engine and mix: the long prompt's TTFT p50, achieved TFLOP/s and share of the peak. */
 export function formatPrefill(r: PrefillReport): string {
   const head = `prefill of ${r.tokens} tokens alone (${(r.flops / 1e12).toFixed(2)} TFLOP), bf16 peak ${r.peakTflops} TFLOP/s`;
   if (r.cells.length === 0) return `${head}\n  no cell with a measured TTFT`;
   return [head, ...r.cells.map((c) =>
-    `  ${c.engine.padEnd(8)} TTFT p50 ${formatMs(c.ttftMs)} ms -> ${c.tflops.toFixed(1)} TFLOP/s, ${formatPercent(c.fraction)} of peak`)].join('\n');
+    `  ${c.engine.padEnd(8)} ${c.mix.padEnd(5)}  TTFT p50 ${formatMs(c.ttftMs)} ms -> ${c.tflops.toFixed(1)} TFLOP/s, ${formatPercent(c.fraction)} of peak`)].join('\n');
 }
 
 /** One line per engine: its steps and preemptions, and the adapter pool's work. */

@@ -50,7 +50,8 @@ output:
       --hbm-gbps N           bandwidth for --roofline (default: measured on the server's GPU
                              by a read-only kernel; without one, ${DEFAULT_HBM_GBPS}, an H200's datasheet)
       --prefill N            with --serve: one more cell per engine, 8 prompts of N tokens alone
-                             (c=1, one output token): prefill FLOPs ÷ TTFT p50 ÷ the bf16 peak
+                             (c=1, one output token): prefill FLOPs ÷ TTFT p50 ÷ the bf16 peak;
+                             with LoRA on, also on the first adapter (its FLOPs not counted)
       --peak-tflops N        bf16 peak for --prefill (default ${DEFAULT_PEAK_TFLOPS}, an H200)
   -h, --help                 show this help
 

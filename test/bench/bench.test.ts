@@ -77,7 +77,7 @@ describe('mstar bench --serve', () => {
     // 2 FLOPs per decoder weight (2 layers of 36864) per token, causal attention 2·32²·16 per
     // head (4) and layer, the tied LM head on one token.
     expect(prefill).toMatchObject({ tokens: 32, peakTflops: 989, flops: 2 * 2 * 36864 * 32 + 2 * 32 * 32 * 16 * 4 * 2 + 2 * 64 * 1000 });
-    expect(prefill.cells.map((c) => `${c.engine} ${c.mix}`)).toEqual(['lora-on base', 'lora-off base']);
+    expect(prefill.cells.map((c) => `${c.engine} ${c.mix}`)).toEqual(['lora-on base', 'lora-on one', 'lora-off base']);
     for (const c of prefill.cells) expect(c.fraction).toBeCloseTo(prefill.flops / (c.ttftMs / 1e3) / 1e12 / 989, 12);
     // Each engine's counters: 3 adapters over 2 slots made the pool load more than twice.
     const [on, off] = report.engines!;
@@ -88,7 +88,7 @@ describe('mstar bench --serve', () => {
     expect(off.engine).toBe('lora-off');
     expect(off.lora).toBeUndefined();
     expect(out).toMatch(/lora-on: \d+ steps, 0 preemptions; adapter pool: \d+ slot loads \(\S+ ms of host time to start them\), \d+ evictions, \d+ time-slice hand-overs\nlora-off: \d+ steps, 0 preemptions\n/);
-    expect(out).toMatch(/prefill of 32 tokens alone \(0\.00 TFLOP\), bf16 peak 989 TFLOP\/s\n  lora-on  TTFT p50 \S+ ms -> /);
+    expect(out).toMatch(/prefill of 32 tokens alone \(0\.00 TFLOP\), bf16 peak 989 TFLOP\/s\n  lora-on  base   TTFT p50 \S+ ms -> .*\n  lora-on  one    TTFT p50 \S+ ms -> /);
 
     expect(out).toMatch(/engine\s+mix\s+load\s+req\s+fail\s+tok\/s\s+retention\s+TTFT p50\s+TTFT p99\s+ITL p50\s+ITL p99\s+TPOT p50\s+e2e p50\s+e2e p99/);
     expect(out).toMatch(/lora-on\s+churn\s+c=2\s+4\s+0\s/);
