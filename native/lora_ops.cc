@@ -1,6 +1,8 @@
 // N-API bindings of the LoRA ops and of what loading a slot needs: region copies, fills,
 // and comparing a saved base-weight copy with the loaded base weight.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "cpu/ops.h"
@@ -164,8 +166,15 @@ Napi::Value Fill(const Napi::CallbackInfo& info) {
     a.run([&] { gpu::fill(t.data(), t.dtype(), t.numel(), v); });
     return info.Env().Undefined();
   }
-  float one = v;
-  for (int64_t i = 0; i < t.numel(); ++i) convertFloats(static_cast<char*>(t.data()) + i * dtypeSize(t.dtype()), t.dtype(), &one, DType::F32, 1);
+  // The value converted once, then stored into every element. (Converting element by
+  // element took ~0.25 s for an 8B adapter's 44 M-element host image.)
+  if (dtypeSize(t.dtype()) == 4) {
+    std::fill_n(t.ptr<float>(), t.numel(), v);
+  } else {
+    uint16_t bits;
+    convertFloats(&bits, t.dtype(), &v, DType::F32, 1);
+    std::fill_n(t.ptr<uint16_t>(), t.numel(), bits);
+  }
   return info.Env().Undefined();
 }
 
