@@ -36,6 +36,18 @@ beforeAll(async () => {
   dirs.emb = (await writeAdapter(specs(['model.embed_tokens', 'lm_head', ...attn('k_proj')], 2), { r: 2, lora_alpha: 4, target_modules: ['embed_tokens', 'lm_head', 'k_proj'] }, 3)).dir;
 });
 
+/**
+ * Steps the engine until it has no work, yielding between steps so that adapter reads (on
+ * libuv threads) complete: bounded by time, not by steps, since a loaded machine (CI's two
+ * cores running other test files) reads slowly.
+ */
+async function drain(e: Engine, each: (o: RequestOutput) => void): Promise<void> {
+  for (const deadline = Date.now() + 30_000; e.hasWork() && Date.now() < deadline;) {
+    e.step().forEach(each);
+    await new Promise((r) => setTimeout(r, 1));
+  }
+}
+
 async function withAdapters(e: Engine): Promise<Engine> {
   for (const name of ['qv', 'mlp', 'emb']) await e.loadAdapter(name, dirs[name]);
   return e;
@@ -207,10 +219,7 @@ describe.each([false, true])('LoRA in the engine (overlapped steps: %s)', (overl
     const first = e.step();
     expect(first.map((o) => o.id)).toEqual(['base']);  // qv is coming off the disk
     const tokens = new Map<string, number[]>([['base', [...first[0].newTokenIds]]]);
-    for (let guard = 0; e.hasWork() && guard < 1000; guard++) {
-      for (const o of e.step()) tokens.set(o.id, [...(tokens.get(o.id) ?? []), ...o.newTokenIds]);
-      await new Promise((r) => setImmediate(r));  // the read completes on a libuv thread
-    }
+    await drain(e, (o) => tokens.set(o.id, [...(tokens.get(o.id) ?? []), ...o.newTokenIds]));
     expect(tokens.get('qv')).toEqual(await alone(ps[0], 'qv', 4));
     expect(tokens.get('base')).toEqual(await alone(ps[1], undefined, 4));
   });
@@ -391,19 +400,13 @@ describe('an adapter whose files go away', () => {
     e.add({ id: 'qv', promptIds: ps[0], params: greedy(3), adapter: 'qv' });
     e.add({ id: 'base', promptIds: ps[1], params: greedy(3) });
     const outs = new Map<string, RequestOutput[]>();
-    for (let guard = 0; e.hasWork() && guard < 1000; guard++) {
-      for (const o of e.step()) outs.set(o.id, [...(outs.get(o.id) ?? []), o]);
-      await new Promise((r) => setImmediate(r));
-    }
+    await drain(e, (o) => outs.set(o.id, [...(outs.get(o.id) ?? []), o]));
     expect(outs.get('qv')!.at(-1)).toMatchObject({ finishReason: 'abort', error: expect.stringMatching(/could not be read back/) });
     expect(outs.get('base')!.flatMap((o) => o.newTokenIds)).toHaveLength(3);
     renameSync(`${copy}.moved`, copy);  // the disk recovers: the next request reads it again
     e.add({ id: 'again', promptIds: ps[0], params: greedy(3), adapter: 'qv' });
     const again: number[] = [];
-    for (let guard = 0; e.hasWork() && guard < 1000; guard++) {
-      for (const o of e.step()) again.push(...o.newTokenIds);
-      await new Promise((r) => setImmediate(r));
-    }
+    await drain(e, (o) => again.push(...o.newTokenIds));
     expect(again).toEqual(await alone(ps[0], 'qv', 3));
   });
 });
