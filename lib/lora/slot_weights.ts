@@ -160,8 +160,6 @@ export class SlotWeights {
   /** Every target's ranks, one after the other: a slot load sends them in one copy. */
   private readonly ranks: Tensor;
   private readonly hostRanks: Int32Array;
-  /** Per target, each slot's [rows, cols] view of a. */
-  private readonly slotViews = new Map<LoraTarget, Tensor[]>();
   /** Where an adapter's host image holds each slice's A and B (HostAdapter reads into it). */
   readonly layout: ImageLayout;
   /** Per dtype of the layout, the device tensor [1, size] a load copies the image into. */
@@ -232,9 +230,7 @@ export class SlotWeights {
       } else {
         ext?.dispose();
       }
-      const views = Array.from({ length: this.numSlots }, (_, slot) => make(slice(t.a, slot)));
       this.targets.set(w.name, t);
-      this.slotViews.set(t, views);
     } catch (e) {
       const wide = made.find((t) => this.base.get(w.name) === t);
       if (wide) this.base.set(w.name, this.narrowed(wide, cols));
@@ -335,10 +331,10 @@ export class SlotWeights {
   }
 
   /**
-   * Where a staged image goes in a slot: each slice's A in the slot's a and beneath W (ext),
-   * its B beside W (or in the embedding's and lm_head's own b) and, transposed, in bT. The
-   * windows cover the slot's whole share of every target but the zeros of b beside W that
-   * belong to the other slices' rows, which no load ever writes.
+   * Where a staged image goes in a slot: each slice's A in the slot's rows of aAll and
+   * beneath W (ext), its B beside W (or in the embedding's and lm_head's own b) and,
+   * transposed, in bT. The windows cover the slot's whole share of every target but the zeros
+   * of b beside W that belong to the other slices' rows, which no load ever writes.
    */
   private scatterRegions(slot: number): ScatterRegion[] {
     return [...this.targets.values()].flatMap((t) => t.sliceOffsets.flatMap((rowOffset, j): ScatterRegion[] => {
@@ -346,7 +342,7 @@ export class SlotWeights {
       const srcA = this.staging.get(a.dtype)!, srcB = this.staging.get(b.dtype)!;
       const col = slot * this.slotWidth(t) + j * this.rank;
       const regions: ScatterRegion[] = [
-        { dst: this.slotViews.get(t)![slot], row: j * this.rank, rows: a.rows, cols: a.cols, src: srcA, at: a.at },
+        { dst: t.aAll, row: slot * t.a.shape[1] + j * this.rank, rows: a.rows, cols: a.cols, src: srcA, at: a.at },
         { dst: t.bAll, row: t.embedding ? 0 : rowOffset, col: t.bCol + col, rows: b.rows, cols: b.cols, src: srcB, at: b.at },
       ];
       if (t.ext) regions.push({ dst: t.ext, row: this.aRow(t, slot) + j * this.rank, rows: a.rows, cols: a.cols, src: srcA, at: a.at });
@@ -373,7 +369,6 @@ export class SlotWeights {
     this.staging.forEach((t) => t.dispose());
     this.staging.clear();
     for (const t of this.targets.values()) {
-      this.slotViews.get(t)!.forEach((x) => x.dispose());
       [t.a, t.b, t.aAll, t.ranks, t.ext, t.bT].forEach((x) => x?.dispose());
       if (t.bCol > 0 && !t.bAll.disposed) this.narrow(t);
       else t.bAll.dispose();
@@ -388,12 +383,4 @@ export class SlotWeights {
     if (this.base.get(t.name) === wide) this.base.set(t.name, this.baseWeight(t.name));
     wide.dispose();
   }
-}
-
-/** Slot `slot` of a [slots, rows, cols] stack, as a 2-D [rows, cols] view. */
-function slice(stack: Tensor, slot: number): Tensor {
-  const s = stack.narrow(slot, 1);
-  const v = s.view(stack.shape.slice(1));
-  s.dispose();
-  return v;
 }
