@@ -4,6 +4,7 @@
 // so one captured graph serves every mix: the mix lives in slotOfRow.
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "common.cuh"
 #include "shrink.cuh"
@@ -195,20 +196,28 @@ __global__ void __launch_bounds__(kExpandThreads)
 }
 
 // wide row r = x[r], then s[r] (every slot's `width` columns) keeping only its slot's (slot 0
-// or out of range: none).
-template <typename T>
+// or out of range: none). A block a row at a time, V elements a thread a pass: 16 bytes where
+// every row's parts start on 16-byte boundaries (a unit then lies in x or in one slot's
+// columns), else 1. Per element, 64-bit division and 2-byte accesses ran Qwen3-8B's 4096-row
+// join of x at ~0.3 TB/s, 12 ms of a 116 ms prefill.
+template <typename T, int V>
 __global__ void joinKernel(T* __restrict__ wide, const T* __restrict__ x, const T* __restrict__ s,
-                           const int32_t* slotOfRow, int64_t n, int64_t in, int64_t width, int64_t ld) {
+                           const int32_t* slotOfRow, int n, int in, int width, int ld) {
+  using Unit = std::conditional_t<V == 1, T, uint4>;
   awaitPrior();
-  const int64_t cols = ld - in;  // s's rows: every slot's columns
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n * ld; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / ld, c = i % ld;
-    if (c < in) {
-      wide[i] = x[r * in + c];
-      continue;
+  const int cols = ld - in;  // s's rows: every slot's columns
+  for (int r = blockIdx.x; r < n; r += gridDim.x) {
+    const int slot = slotOfRow[r];
+    const int64_t lo = slot > 0 ? in + int64_t(slot) * width : ld;  // the row's own slot's columns: [lo, lo + width)
+    T* w = wide + int64_t(r) * ld;
+    const T* xr = x + int64_t(r) * in;
+    const T* sr = s + int64_t(r) * cols;
+    for (int c = threadIdx.x * V; c < ld; c += blockDim.x * V) {
+      Unit u{};
+      if (c < in) u = *reinterpret_cast<const Unit*>(xr + c);
+      else if (c >= lo && c < lo + width) u = *reinterpret_cast<const Unit*>(sr + (c - in));
+      *reinterpret_cast<Unit*>(w + c) = u;
     }
-    const int32_t slot = slotOfRow[r];
-    wide[i] = slot > 0 && (c - in) / width == slot ? s[r * cols + c - in] : fromF<T>(0.0f);
   }
 }
 
@@ -321,10 +330,18 @@ void loraJoin(DType act, void* wide, const void* x, const void* s, const int32_t
               int64_t n, int64_t in, int64_t width) {
   const int64_t ld = wideRowWidth(in, numSlots, width);
   if (n * ld == 0) return;
+  const unsigned grid = unsigned(std::min<int64_t>(n, smCount() * 8));
   withAct(act, [&](auto tt) {
     using T = decltype(tt);
-    launch("loraJoin kernel", joinKernel<T>, strideGrid(n * ld), 256, 0, static_cast<T*>(wide),
-        static_cast<const T*>(x), static_cast<const T*>(s), slotOfRow, n, in, width, ld);
+    constexpr int V = 16 / sizeof(T);
+    const bool units = in % V == 0 && width % V == 0 && (reinterpret_cast<uintptr_t>(wide) | reinterpret_cast<uintptr_t>(x) |
+                                                         reinterpret_cast<uintptr_t>(s)) % 16 == 0;
+    auto run = [&](auto kernel) {
+      launch("loraJoin kernel", kernel, grid, 128, 0, static_cast<T*>(wide), static_cast<const T*>(x),
+          static_cast<const T*>(s), slotOfRow, int(n), int(in), int(width), int(ld));
+    };
+    if (units) run(joinKernel<T, V>);
+    else run(joinKernel<T, 1>);
   });
 }
 
