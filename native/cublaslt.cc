@@ -34,6 +34,7 @@ struct Api {
   int (*descSetAttribute)(void*, int attr, const void* buf, size_t size);
   int (*descDestroy)(void*);
   int (*layoutCreate)(void**, int type, uint64_t rows, uint64_t cols, int64_t ld);
+  int (*layoutSetAttribute)(void*, int attr, const void* buf, size_t size);
   int (*layoutDestroy)(void*);
   int (*prefCreate)(void**);
   int (*prefSetAttribute)(void*, int attr, const void* buf, size_t size);
@@ -99,6 +100,7 @@ void load() {
   resolve(gApi.descSetAttribute, "cublasLtMatmulDescSetAttribute", missing);
   resolve(gApi.descDestroy, "cublasLtMatmulDescDestroy", missing);
   resolve(gApi.layoutCreate, "cublasLtMatrixLayoutCreate", missing);
+  resolve(gApi.layoutSetAttribute, "cublasLtMatrixLayoutSetAttribute", missing);
   resolve(gApi.layoutDestroy, "cublasLtMatrixLayoutDestroy", missing);
   resolve(gApi.prefCreate, "cublasLtMatmulPreferenceCreate", missing);
   resolve(gApi.prefSetAttribute, "cublasLtMatmulPreferenceSetAttribute", missing);
@@ -151,11 +153,13 @@ constexpr size_t kWorkspaceBytes = size_t(32) << 20;
 using ShapeKey = std::tuple<int64_t, int64_t, int64_t, int64_t, uint32_t, uint32_t, uint32_t, bool>;
 // What a shape needs, made on its first GEMM and kept: its descriptors and the heuristic's
 // algorithm (ok false: cuBLASLt has none for it). Making the descriptors on every call cost
-// the host several microseconds a GEMM, a hundred GEMMs an eager step.
+// the host several microseconds a GEMM, a hundred GEMMs an eager step. rows: the rows its
+// layouts of x and out now say (a bucket's plan serves every row count in the bucket).
 struct Plan {
   Descs d;
   bool ok = false;
   Algo algo{};
+  int64_t rows = 0;
 };
 // Never freed, as the handle: at exit, destructors would call into a library being unloaded.
 auto& gPlans = *new std::map<ShapeKey, std::unique_ptr<Plan>>;
@@ -174,6 +178,18 @@ const Status& status() {
 // choice 8B decode at 8 sequences ran 5.71 -> 5.47 ms a step with one adapter and 5.19 ->
 // 5.05 without LoRA (H200, equal at 32). Prefill-sized GEMMs take the first pick.
 constexpr int64_t kTunedRows = 64;
+
+// Above kTunedRows, the rows a plan is made for: n rounded up to a quarter of its power of
+// two (65 -> 80, 300 -> 320, 4000 -> 4096), four buckets an octave. Prefill steps come in
+// every row count, and the heuristic took ~1 ms of host time for each new shape (an eager
+// step of new rows paid it for each of its projections' shapes); a bucket's algorithm runs
+// the counts below it (their layouts set to their own rows), so each bucket pays it once.
+int64_t rowBucket(int64_t n) {
+  if (n <= kTunedRows) return n;
+  int64_t step = 1;
+  while (step * 8 <= n) step *= 2;
+  return (n + step - 1) / step * step;
+}
 constexpr int kCandidates = 8;
 constexpr int kRounds = 2;
 constexpr float kClearlyFaster = 0.97f;
@@ -213,6 +229,7 @@ std::unique_ptr<Plan> makePlan(int64_t n, int64_t in, int64_t outF, int64_t ldw,
   int s = gApi.getHeuristic(gHandle, d.desc, d.a, d.b, d.d, d.d, d.pref, kCandidates, results, &returned);
   plan->ok = s == kSuccess && returned > 0 && results[0].state == kSuccess;
   plan->algo = results[0].algo;
+  plan->rows = n;
   if (!plan->ok || returned < 2 || n > kTunedRows || !tuning() || gpu::capturing()) return plan;
   void* scratch = gpu::alloc(size_t(n * outF) * sizeof(uint16_t));
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
@@ -258,15 +275,36 @@ bool gemmBf16(void* out, const void* x, const void* w, int64_t n, int64_t in, in
     return std::min(alignmentOf(p), alignmentOf(reinterpret_cast<const void*>(uintptr_t(ld) * sizeof(uint16_t))));
   };
   uint32_t alignA = rowsAlignment(w, ldw), alignB = rowsAlignment(x, in), alignD = rowsAlignment(out, outF);
-  ShapeKey key{n, in, outF, ldw, alignA, alignB, alignD, accumulate};
-  std::unique_ptr<Plan>& plan = gPlans[key];
-  if (!plan) plan = makePlan(n, in, outF, ldw, {alignA, alignB, alignD, alignD}, x, w, accumulate, stream);
-  if (!plan->ok) return false;
+  const std::array<uint32_t, 4> aligns{alignA, alignB, alignD, alignD};
+  auto planFor = [&](int64_t rows) -> Plan& {
+    std::unique_ptr<Plan>& plan = gPlans[ShapeKey{rows, in, outF, ldw, alignA, alignB, alignD, accumulate}];
+    if (!plan) plan = makePlan(rows, in, outF, ldw, aligns, x, w, accumulate, stream);
+    return *plan;
+  };
   float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;  // C = D = out
-  const Descs& d = plan->d;
-  check(gApi.matmul(gHandle, d.desc, &alpha, w, d.a, x, d.b, &beta, out, d.d, out, d.d, &plan->algo, gWorkspace,
-                    kWorkspaceBytes, stream),
-        "cublasLtMatmul");
+  auto run = [&](Plan& plan) {
+    if (plan.rows != n) {  // x's and out's layouts to this GEMM's rows
+      const uint64_t cols = uint64_t(n);
+      check(gApi.layoutSetAttribute(plan.d.b, kLayoutCols, &cols, sizeof cols), "set B's COLS");
+      check(gApi.layoutSetAttribute(plan.d.d, kLayoutCols, &cols, sizeof cols), "set D's COLS");
+      plan.rows = n;
+    }
+    return gApi.matmul(gHandle, plan.d.desc, &alpha, w, plan.d.a, x, plan.d.b, &beta, out, plan.d.d, out, plan.d.d,
+                       &plan.algo, gWorkspace, kWorkspaceBytes, stream);
+  };
+  const int64_t bucket = rowBucket(n);
+  Plan& shared = planFor(bucket);
+  if (!shared.ok) return false;
+  int status = run(shared);
+  // cuBLASLt checks an algorithm against the shape before it launches anything; one that does
+  // not take these rows gets a plan of their own (a row count that is not a bucket's own is
+  // never a bucket's key).
+  if (status != kSuccess && bucket != n) {
+    Plan& own = planFor(n);
+    if (!own.ok) return false;
+    status = run(own);
+  }
+  check(status, "cublasLtMatmul");
   return true;
 }
 

@@ -18,6 +18,7 @@ constexpr int kDescTransA = 3;        // CUBLASLT_MATMUL_DESC_TRANSA (int32_t)
 constexpr int kDescTransB = 4;        // CUBLASLT_MATMUL_DESC_TRANSB (int32_t)
 constexpr int kPrefMaxWorkspace = 1;  // CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES (uint64_t)
 constexpr int kPrefMinAlignA = 5;     // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES (uint32_t); B, C, D are 6, 7, 8
+constexpr int kLayoutCols = 3;        // CUBLASLT_MATRIX_LAYOUT_COLS (uint64_t)
 
 struct Algo {  // cublasLtMatmulAlgo_t
   uint64_t data[8];

@@ -20,11 +20,13 @@ static_assert(abi::kPrefMinAlignA == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
 static_assert(abi::kPrefMinAlignA + 1 == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, "MIN_ALIGNMENT_B_BYTES");
 static_assert(abi::kPrefMinAlignA + 2 == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, "MIN_ALIGNMENT_C_BYTES");
 static_assert(abi::kPrefMinAlignA + 3 == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, "MIN_ALIGNMENT_D_BYTES");
+static_assert(abi::kLayoutCols == CUBLASLT_MATRIX_LAYOUT_COLS, "CUBLASLT_MATRIX_LAYOUT_COLS");
 
 // The enums travel as int.
 static_assert(sizeof(cublasStatus_t) == sizeof(int) && sizeof(cublasComputeType_t) == sizeof(int) &&
                   sizeof(cudaDataType_t) == sizeof(int) && sizeof(cublasLtMatmulDescAttributes_t) == sizeof(int) &&
-                  sizeof(cublasLtMatmulPreferenceAttributes_t) == sizeof(int),
+                  sizeof(cublasLtMatmulPreferenceAttributes_t) == sizeof(int) &&
+                  sizeof(cublasLtMatrixLayoutAttribute_t) == sizeof(int),
               "enum sizes");
 
 static_assert(sizeof(abi::Algo) == sizeof(cublasLtMatmulAlgo_t), "cublasLtMatmulAlgo_t");

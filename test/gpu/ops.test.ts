@@ -130,6 +130,24 @@ describeGpu('cuda row ops', () => {
       }
     });
 
+    it('linear at prefill sizes: row counts that share a bucket\'s plan, in an order that resizes it each time', () => {
+      // 65..80 are one bucket (80), 257..320 another (320), 3073..4096 another (4096); each
+      // count, plain and accumulating, against the CPU after the plan last ran another count.
+      const rng = new Rng(78);
+      const inF = 256, outF = 264;
+      const w = weightPair('bf16', [outF, inF], rng.floats(outF * inF));
+      for (const n of [80, 65, 79, 80, 72, 300, 257, 320, 4000, 3073, 4096]) {
+        const x = act2(act, [n, inF], rng.floats(n * inF));
+        const [got, want] = both(act, [n, outF], (dev, out) => addon.linear(out, x[dev], w[dev], null));
+        expectClose(got, want, tol(act, true));
+        const base = rounded(act, rng.floats(n * outF));
+        const acc = { cpu: onCpu([n, outF], base), cuda: onCuda(act, [n, outF], base) };
+        addon.linear(acc.cpu, x.cpu, w.cpu, null, true);
+        addon.linear(acc.cuda, x.cuda, w.cuda, null, true);
+        expectClose(floats(acc.cuda), floats(acc.cpu), tol(act, true));
+      }
+    });
+
     it('linear on views that start anywhere (no vector loads there)', () => {
       const rng = new Rng(3);
       const inF = 64, outF = 40, n = 3;
