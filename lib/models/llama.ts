@@ -61,7 +61,12 @@ export class LlamaModel {
     const n = step.numTokens;
     const H = c.numHeads, K = c.numKvHeads, hd = c.headDim;
     const { act: dtype, device } = this.placement;
+    ws?.trimViews();
     const buffer: Buffers = ws ? (name, r, cols) => ws.take(name, r, cols) : (_, r, cols) => addon.empty(dtype, [r, cols], device);
+    /** Done with an activation: a fresh tensor is freed; a workspace's view stays the workspace's. */
+    const release = (t: Tensor) => {
+      if (!ws) t.dispose();
+    };
     const residual = buffer('residual', n, c.hiddenSize);
     const x = buffer('x', n, c.hiddenSize);
     const qkv = buffer('qkv', n, (H + 2 * K) * hd);
@@ -74,7 +79,7 @@ export class LlamaModel {
 
     addon.embedding(residual, this.w('embed'), step.tokens);
     const lora = step.lora && this.lora ? { plan: step.lora, weights: this.lora } : undefined;
-    if (lora) this.loraEmbedding(residual, lora.weights, lora.plan, buffer);
+    if (lora) this.loraEmbedding(residual, lora.weights, lora.plan, buffer, release);
     const adapted = (name: string) => lora?.weights.targets.get(name);
     const gemms = n >= this.loraGemmRows;
     const numSlots = lora?.weights.numSlots ?? 0;
@@ -99,7 +104,7 @@ export class LlamaModel {
         return x;
       }
       addon.addRmsNorm(residual, pending.y, this.w(weight), c.rmsNormEps, x, ...delta(pending.t));
-      pending.y.dispose();
+      release(pending.y);
       pending = undefined;
       return x;
     };
@@ -126,7 +131,7 @@ export class LlamaModel {
         const s = buffer('lora', rows, t.a.shape[1]);
         addon.loraShrink(s, input, t.a, slots, t.ranks);
         addon.linearExpand(out, input, w, this.bias(name), s, t.b!, slots, t.sliceStarts, o.accumulate, t.ranks);
-        s.dispose();
+        release(s);
         return;
       }
       const xt = buffer(input === x ? 'act' : 'x', rows, t.bCol + t.bCols);
@@ -134,12 +139,12 @@ export class LlamaModel {
         const s = buffer('lora', rows, t.aAll.shape[0]);
         addon.linear(s, input, t.aAll, null);
         addon.loraJoin(xt, input, s, slots, numSlots);
-        s.dispose();
+        release(s);
       } else {
         addon.loraShrink(xt, input, t.a, slots, t.ranks);
       }
       addon.linearWide(out, xt, w, this.bias(name), !!o.accumulate, slots, t.bCol, numSlots);
-      xt.dispose();
+      release(xt);
     };
     /** The input's extended projection, [n, out + its shrink], in buffer `name`. */
     const projectExtended = (name: BufferName, input: Tensor, t: LoraTarget, out: number) => {
@@ -164,14 +169,14 @@ export class LlamaModel {
       addon.ropeKvWrite(q, step.positions, this.invFreq, kv.k[l], kv.v[l], step.slots, qNorm, kNorm, H, K, hd, c.rmsNormEps,
         ...(tq ? delta(tq) : []));
       addon.pagedAttention(attn, q, kv.k[l], kv.v[l], step.blockTables, step.queryStarts, step.contextLens, H, K, hd, this.scale);
-      if (q !== qkv) q.dispose();
+      if (q !== qkv) release(q);
       addToResidual(attn, `${p}.o`);
       const mlpInput = norm(`${p}.mlp_norm`);
       const tg = extended(`${p}.gate_up`);
       if (tg) {
         const gu = projectExtended('gateUp', mlpInput, tg, 2 * c.intermediateSize);
         addon.siluMul(act, gu, ...delta(tg));
-        gu.dispose();
+        release(gu);
       } else {
         project(gateUp, mlpInput, `${p}.gate_up`);
         addon.siluMul(act, gateUp);
@@ -181,17 +186,19 @@ export class LlamaModel {
     norm('final_norm');
     addon.gatherRows(last, x, step.logitRows);
     project(logits, last, 'lm_head', { slots: lora?.plan.logitSlots });
-    for (const t of [residual, x, qkv, attn, gateUp, act, last]) t.dispose();
+    for (const t of [residual, x, qkv, attn, gateUp, act, last]) release(t);
     return logits;
   }
 
-  private loraEmbedding(residual: Tensor, weights: SlotWeights, plan: NonNullable<StepTensors['lora']>, buffer: Buffers): void {
+  private loraEmbedding(
+    residual: Tensor, weights: SlotWeights, plan: NonNullable<StepTensors['lora']>, buffer: Buffers, release: (t: Tensor) => void,
+  ): void {
     const t = weights.targets.get('embed');
     if (!t) return;
     const shrunk = buffer('lora', plan.embedRows.shape[0], t.aAll.shape[1]);
     addon.gatherRows(shrunk, t.aAll, plan.embedRows);  // aAll: Aᵀ of every slot, [slots * vocab, R]
     addon.loraExpand(residual, shrunk, t.b!, plan.rowSlots, t.sliceStarts, t.ranks);
-    shrunk.dispose();
+    release(shrunk);
   }
 
   dispose(): void {

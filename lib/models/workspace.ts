@@ -9,8 +9,12 @@ import { floatBytes, type Placement } from './placement.js';
 
 export type BufferName = 'residual' | 'x' | 'qkv' | 'attn' | 'gateUp' | 'act' | 'proj' | 'last' | 'logits' | 'lora';
 
+/** Views a workspace keeps between steps (a step takes about a dozen shapes). */
+const MAX_VIEWS = 64;
+
 export class Workspace {
   private readonly flat = new Map<BufferName, Tensor>();
+  private readonly views = new Map<string, Tensor>();
 
   /**
    * `maxTokens`: token rows of the largest step; `maxRows`: its logit rows. `lora`: the
@@ -32,8 +36,16 @@ export class Workspace {
     }
   }
 
-  /** A [rows, cols] view of buffer `name` (dispose it when done; the buffer stays). */
+  /**
+   * A [rows, cols] view of buffer `name`, the workspace's own: the same handle for every take
+   * of that shape (callers do not dispose it; one that was disposed is made again). A step
+   * takes a few hundred views of a dozen shapes, and a new tensor handle cost ~10 µs of host
+   * time on the GPU machine: 3 ms an eager step with LoRA rows.
+   */
   take(name: BufferName, rows: number, cols: number): Tensor {
+    const key = `${name} ${rows} ${cols}`;
+    const cached = this.views.get(key);
+    if (cached && !cached.disposed) return cached;
     const t = this.flat.get(name);
     if (!t) throw new Error(`workspace: no ${name} buffer (LoRA buffers exist only when the workspace was made with the pool)`);
     const n = rows * cols;
@@ -41,7 +53,18 @@ export class Workspace {
     const part = t.narrow(0, n);
     const v = part.view([rows, cols]);
     part.dispose();
+    this.views.set(key, v);
     return v;
+  }
+
+  /**
+   * Called before a step: frees the views of past steps once they pass a bound (eager steps
+   * come in every row count). No view taken before may be used after.
+   */
+  trimViews(): void {
+    if (this.views.size <= MAX_VIEWS) return;
+    for (const v of this.views.values()) v.dispose();
+    this.views.clear();
   }
 
   /** Device bytes of its buffers. */
@@ -50,7 +73,8 @@ export class Workspace {
   }
 
   dispose(): void {
-    for (const t of this.flat.values()) t.dispose();
+    for (const t of [...this.views.values(), ...this.flat.values()]) t.dispose();
+    this.views.clear();
     this.flat.clear();
   }
 }

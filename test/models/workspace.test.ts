@@ -79,4 +79,29 @@ describe('forward on a workspace', () => {
     ws.dispose();
     model.dispose();
   });
+
+  it('hands out one view a shape, remakes one a caller disposed, and frees past views over a bound', () => {
+    const model = loadModel(join(FIXTURES, 'models', 'tiny-qwen3'), { dtype: 'f32' });
+    const ws = new Workspace(model.config, model.placement, 8, 2);
+    const a = ws.take('x', 4, 8);
+    expect(ws.take('x', 4, 8)).toBe(a);
+    expect(a.shape).toEqual([4, 8]);
+    const b = ws.take('x', 2, 8);
+    expect(b).not.toBe(a);
+    expect(a.disposed).toBe(false);  // views of one buffer in other shapes live side by side
+    a.dispose();
+    const again = ws.take('x', 4, 8);
+    expect(again).not.toBe(a);
+    expect(again.disposed).toBe(false);
+    // Past the bound, a step's start frees them all; under it, none.
+    ws.trimViews();
+    expect(again.disposed).toBe(false);
+    for (let rows = 1; rows <= 8; rows++) for (let cols = 1; cols <= 9; cols++) ws.take('x', rows, cols);
+    ws.trimViews();
+    expect(again.disposed).toBe(true);
+    expect(b.disposed).toBe(true);
+    expect(ws.take('x', 4, 8).disposed).toBe(false);
+    ws.dispose();
+    model.dispose();
+  });
 });
