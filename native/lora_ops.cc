@@ -19,8 +19,9 @@ namespace {
 gpu::SlotRanks shrinkRanks(const OpArgs& a, const Tensor* ranks, const Tensor& w) {
   if (!ranks) return {};
   const int64_t slices = ranks->rank() == 2 ? ranks->dim(1) : 0;
-  a.expect(slices > 0 && w.dim(1) % slices == 0, "slotRanks " + ranks->describe() + " must be [slots, slices] with the " +
-                                                     std::to_string(w.dim(1)) + " rank rows of a split evenly over its slices");
+  a.expect(slices > 0 && w.dim(1) % slices == 0,
+           [&] { return "slotRanks " + ranks->describe() + " must be [slots, slices] with the " +
+               std::to_string(w.dim(1)) + " rank rows of a split evenly over its slices"; });
   return {expectSlotRanks(a, ranks, w.dim(0), slices, w.dim(1) / slices), slices};
 }
 
@@ -50,7 +51,7 @@ Napi::Value LoraShrink(const Napi::CallbackInfo& info) {
   const bool wide = t.rank() == 2 && w.rank() == 3 && x.rank() == 2 && t.dim(1) == wideWidth(w, x.dim(1));
   expectShrink(a, t, x, "x", w, slots, wide);
   // The kernels read x where t is written only for a wide row made in place, which no caller asks for.
-  a.expect(!overlap(x, t), "x " + x.describe() + " and t " + t.describe() + " share memory");
+  a.expect(!overlap(x, t), [&] { return "x " + x.describe() + " and t " + t.describe() + " share memory"; });
   const gpu::SlotRanks sr = shrinkRanks(a, ranks, w);
   DType act = x.dtype();
   if (cuda) {
@@ -139,11 +140,12 @@ Napi::Value CopyRegion(const Napi::CallbackInfo& info) {
   a.expectRank(dst, 2, "dst");
   a.expectRank(src, 2, "src");
   const int64_t srcCols = info.Length() > 6 && !info[6].IsUndefined() ? a.integer(6, "srcCols", 1) : src.dim(1);
-  a.expect(srcCols <= src.dim(1), "srcCols " + std::to_string(srcCols) + " is past src " + src.describe());
+  a.expect(srcCols <= src.dim(1),
+           [&] { return "srcCols " + std::to_string(srcCols) + " is past src " + src.describe(); });
   int64_t rows = transpose ? srcCols : src.dim(0), cols = transpose ? src.dim(0) : srcCols;
   a.expect(rowOffset + rows <= dst.dim(0) && colOffset + cols <= dst.dim(1),
-           "src " + src.describe() + (transpose ? " transposed" : "") + " at (" + std::to_string(rowOffset) + ", " +
-               std::to_string(colOffset) + ") does not fit in dst " + dst.describe());
+           [&] { return "src " + src.describe() + (transpose ? " transposed" : "") + " at (" + std::to_string(rowOffset) + ", " +
+               std::to_string(colOffset) + ") does not fit in dst " + dst.describe(); });
   if (cuda)
     a.run([&] {
       gpu::copyRegion(dst.data(), dst.dtype(), dst.dim(1), src.data(), src.dtype(), src.dim(0), srcCols, rowOffset,
@@ -190,7 +192,8 @@ Napi::Value LoraJoin(const Napi::CallbackInfo& info) {
   a.expectRank(x, 2, "x");
   a.expectAct(s, "s");
   a.expectRank(s, 2, "s");
-  a.expect(s.dim(1) % numSlots == 0, "s " + s.describe() + " must have slots * width columns, slots = " + std::to_string(numSlots));
+  a.expect(s.dim(1) % numSlots == 0,
+           [&] { return "s " + s.describe() + " must have slots * width columns, slots = " + std::to_string(numSlots); });
   a.expectShape(s, {x.dim(0), s.dim(1)}, "s");
   a.expectAct(wide, "wide");
   a.expectShape(wide, {x.dim(0), x.dim(1) + s.dim(1)}, "wide");
@@ -211,7 +214,7 @@ Napi::Value MaxAbsDiff(const Napi::CallbackInfo& info) {
   bool cuda = a.oneDevice();
   a.expectFloat(x, "a");
   a.expectFloat(y, "b");
-  a.expect(x.shape() == y.shape(), "a " + x.describe() + " and b " + y.describe() + " differ in shape");
+  a.expect(x.shape() == y.shape(), [&] { return "a " + x.describe() + " and b " + y.describe() + " differ in shape"; });
   if (cuda) {
     double m = 0;
     a.run([&] { m = gpu::maxAbsDiff(x.data(), x.dtype(), y.data(), y.dtype(), x.numel()); });

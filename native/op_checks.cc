@@ -13,9 +13,11 @@ DType expectRmsNorm(OpArgs& a, const Tensor& out, const Tensor& x, const Tensor&
   a.expectFloat(w, "w");
   a.expectRank(w, 1, "w");
   int64_t d = w.dim(0);
-  a.expect(d > 0, "w " + w.describe() + " must not be empty");  // rows = x.numel() / d
-  a.expect(x.rank() >= 1 && x.dim(x.rank() - 1) == d, "x " + x.describe() + " must end in the length of w " + w.describe());
-  a.expect(out.numel() == x.numel(), "out " + out.describe() + " must have as many elements as x " + x.describe());
+  a.expect(d > 0, [&] { return "w " + w.describe() + " must not be empty"; });  // rows = x.numel() / d
+  a.expect(x.rank() >= 1 && x.dim(x.rank() - 1) == d,
+           [&] { return "x " + x.describe() + " must end in the length of w " + w.describe(); });
+  a.expect(out.numel() == x.numel(),
+           [&] { return "out " + out.describe() + " must have as many elements as x " + x.describe(); });
   return act;
 }
 
@@ -26,10 +28,10 @@ DType expectSiluMul(OpArgs& a, const Tensor& out, const Tensor& gu, bool wider) 
   a.expectRank(out, 2, "out");
   if (wider) {
     a.expect(out.dim(0) == gu.dim(0) && gu.dim(1) >= 2 * out.dim(1),
-             "gateUp " + gu.describe() + " must have out's rows and at least twice its columns, out " + out.describe());
+             [&] { return "gateUp " + gu.describe() + " must have out's rows and at least twice its columns, out " + out.describe(); });
     return act;
   }
-  a.expect(gu.dim(1) % 2 == 0, "gateUp " + gu.describe() + " must have an even width (gate, then up)");
+  a.expect(gu.dim(1) % 2 == 0, [&] { return "gateUp " + gu.describe() + " must have an even width (gate, then up)"; });
   a.expectShape(out, {gu.dim(0), gu.dim(1) / 2}, "out");
   return act;
 }
@@ -45,7 +47,7 @@ DType expectAddRmsNorm(OpArgs& a, const Tensor& res, const Tensor& x, const Tens
   a.expectShape(res, {res.dim(0), w.dim(0)}, "residual");
   if (wider)
     a.expect(x.dim(0) == res.dim(0) && x.dim(1) >= w.dim(0),
-             "x " + x.describe() + " must have residual's rows and at least its columns, residual " + res.describe());
+             [&] { return "x " + x.describe() + " must have residual's rows and at least its columns, residual " + res.describe(); });
   else
     a.expectShape(x, {res.dim(0), w.dim(0)}, "x");
   a.expectShape(out, {res.dim(0), w.dim(0)}, "out");
@@ -59,8 +61,8 @@ DType expectLinear(OpArgs& a, const Tensor& out, const Tensor& x, const Tensor& 
   a.expectFloat(w, "w");
   a.expectRank(w, 2, "w");
   a.expect(wCol < 0 ? x.dim(1) == w.dim(1) : wCol + x.dim(1) <= w.dim(1),
-           "w is " + w.describe() + " ([out, in]) but x " + x.describe() + " has " + std::to_string(x.dim(1)) +
-               " columns" + (wCol >= 0 ? " from column " + std::to_string(wCol) : std::string()));
+           [&] { return "w is " + w.describe() + " ([out, in]) but x " + x.describe() + " has " + std::to_string(x.dim(1)) +
+               " columns" + (wCol >= 0 ? " from column " + std::to_string(wCol) : std::string()); });
   a.expectAct(out, "out");
   a.expectShape(out, {x.dim(0), w.dim(0)}, "out");
   if (bias) {
@@ -86,8 +88,9 @@ void expectSlotOfRow(const OpArgs& a, const Tensor& slots, int64_t rows, int64_t
   if (slots.device() != Device::CPU) return;  // the kernels treat a slot out of range as slot 0
   const int32_t* p = slots.ptr<int32_t>();
   for (int64_t i = 0; i < rows; ++i)
-    a.expect(p[i] >= 0 && p[i] < numSlots, "slotOfRow[" + std::to_string(i) + "] = " + std::to_string(p[i]) +
-                                               " is not one of the " + std::to_string(numSlots) + " slots");
+    a.expect(p[i] >= 0 && p[i] < numSlots,
+             [&] { return "slotOfRow[" + std::to_string(i) + "] = " + std::to_string(p[i]) +
+                 " is not one of the " + std::to_string(numSlots) + " slots"; });
 }
 
 void expectShrink(OpArgs& a, const Tensor& t, const Tensor& x, const char* xName, const Tensor& w, const Tensor& slots,
@@ -97,7 +100,7 @@ void expectShrink(OpArgs& a, const Tensor& t, const Tensor& x, const char* xName
   a.expectFloat(w, "a");
   a.expectRank(w, 3, "a");
   a.expect(w.dim(2) == x.dim(1) && w.dim(1) > 0,
-           "a " + w.describe() + " ([slots, slices * rank, in]) does not match " + xName + " " + x.describe());
+           [&] { return "a " + w.describe() + " ([slots, slices * rank, in]) does not match " + xName + " " + x.describe(); });
   a.expectAct(t, "t");
   a.expectShape(t, {x.dim(0), wide ? wideWidth(w, x.dim(1)) : w.dim(1)}, wide ? "wide t" : "t");
   expectSlotOfRow(a, slots, x.dim(0), w.dim(0));
@@ -109,10 +112,12 @@ cpu::SliceStarts expectExpand(OpArgs& a, const Tensor& out, const Tensor& t, con
   a.expectRank(out, 2, "out");
   a.expectFloat(w, "b");
   a.expectRank(w, 3, "b");
-  a.expect(w.dim(0) == out.dim(1), "b " + w.describe() + " ([out, slots, slices * rank]) does not match out " + out.describe());
+  a.expect(w.dim(0) == out.dim(1),
+           [&] { return "b " + w.describe() + " ([out, slots, slices * rank]) does not match out " + out.describe(); });
   const cpu::SliceStarts slices = a.sliceStarts(startsArg, "sliceStarts", out.dim(1));
-  a.expect(w.dim(2) % slices.count == 0, "b " + w.describe() + ": its last dimension must be slices * rank, with " +
-                                             std::to_string(slices.count) + " slices");
+  a.expect(w.dim(2) % slices.count == 0,
+           [&] { return "b " + w.describe() + ": its last dimension must be slices * rank, with " +
+               std::to_string(slices.count) + " slices"; });
   a.expectAct(t, "t");
   a.expectShape(t, {out.dim(0), w.dim(2)}, "t ([n, slices * rank])");
   expectSlotOfRow(a, slots, out.dim(0), w.dim(1));
@@ -125,22 +130,23 @@ cpu::LoraDelta expectLoraDelta(OpArgs& a, size_t i, const Tensor& y, int64_t own
   Tensor &slots = a.tensor(i + 1, "slotOfRow"), &ranks = a.tensor(i + 3, "slotRanks");
   a.oneDevice();
   const std::string yDesc = std::string(yName) + " " + y.describe();
-  a.expect(y.dtype() == bT->dtype(), "bT " + bT->describe() + " must have the dtype of " + yDesc);
+  a.expect(y.dtype() == bT->dtype(), [&] { return "bT " + bT->describe() + " must have the dtype of " + yDesc; });
   a.expectRank(*bT, 2, "bT");
   const int64_t bCols = y.dim(1) - ownCols;
   a.expect(bCols > 0 && bT->dim(0) == bCols && bT->dim(1) == ownCols,
-           "bT " + bT->describe() + " must be [" + std::to_string(y.dim(1) - ownCols) + ", " + std::to_string(ownCols) +
-               "]: a row for each column of " + yDesc + " after its " + std::to_string(ownCols) + " outputs");
+           [&] { return "bT " + bT->describe() + " must be [" + std::to_string(y.dim(1) - ownCols) + ", " + std::to_string(ownCols) +
+               "]: a row for each column of " + yDesc + " after its " + std::to_string(ownCols) + " outputs"; });
   a.expectDType(ranks, DType::I32, "slotRanks");
   a.expectRank(ranks, 2, "slotRanks");
   const int64_t numSlots = ranks.dim(0), numSlices = ranks.dim(1);
   a.expect(numSlots * numSlices > 0 && bCols % (numSlots * numSlices) == 0,
-           "slotRanks " + ranks.describe() + " must split the " + std::to_string(bCols) + " shrink columns of " + yDesc +
-               " evenly into slots and slices");
+           [&] { return "slotRanks " + ranks.describe() + " must split the " + std::to_string(bCols) + " shrink columns of " + yDesc +
+               " evenly into slots and slices"; });
   const int64_t rank = bCols / (numSlots * numSlices);
   const cpu::SliceStarts slices = a.sliceStarts(i + 2, "sliceStarts", ownCols);
-  a.expect(slices.count == numSlices, "sliceStarts has " + std::to_string(slices.count + 1) + " entries, but slotRanks " +
-                                          ranks.describe() + " has " + std::to_string(numSlices) + " slices");
+  a.expect(slices.count == numSlices,
+           [&] { return "sliceStarts has " + std::to_string(slices.count + 1) + " entries, but slotRanks " +
+               ranks.describe() + " has " + std::to_string(numSlices) + " slices"; });
   expectSlotOfRow(a, slots, y.dim(0), numSlots);
   const size_t elem = dtypeSize(y.dtype());
   return {static_cast<const char*>(y.data()) + ownCols * elem, y.dim(1), bT->data(), ownCols, slots.ptr<int32_t>(),
@@ -154,8 +160,9 @@ const int32_t* expectSlotRanks(const OpArgs& a, const Tensor* ranks, int64_t num
   if (ranks->device() == Device::CPU) {
     const int32_t* p = ranks->ptr<int32_t>();
     for (int64_t i = 0; i < ranks->numel(); ++i)
-      a.expect(p[i] >= 0 && p[i] <= maxRank, "slotRanks[" + std::to_string(i) + "] = " + std::to_string(p[i]) +
-                                                 " is outside [0, " + std::to_string(maxRank) + "]");
+      a.expect(p[i] >= 0 && p[i] <= maxRank,
+               [&] { return "slotRanks[" + std::to_string(i) + "] = " + std::to_string(p[i]) +
+                   " is outside [0, " + std::to_string(maxRank) + "]"; });
   }
   return ranks->ptr<int32_t>();
 }

@@ -14,8 +14,9 @@ namespace {
 
 cpu::HeadLayout headLayout(const OpArgs& a, size_t i) {
   cpu::HeadLayout l{a.integer(i, "numHeads", 1), a.integer(i + 1, "numKvHeads", 1), a.integer(i + 2, "headDim", 1)};
-  a.expect(l.numHeads % l.numKvHeads == 0, "numHeads (" + std::to_string(l.numHeads) +
-                                               ") must be a multiple of numKvHeads (" + std::to_string(l.numKvHeads) + ")");
+  a.expect(l.numHeads % l.numKvHeads == 0,
+           [&] { return "numHeads (" + std::to_string(l.numHeads) +
+               ") must be a multiple of numKvHeads (" + std::to_string(l.numKvHeads) + ")"; });
   return l;
 }
 
@@ -24,8 +25,9 @@ cpu::HeadLayout headLayout(const OpArgs& a, size_t i) {
 DType expectQkv(OpArgs& a, const Tensor& qkv, cpu::HeadLayout& l) {
   DType act = a.expectAct(qkv, "qkv");
   a.expectRank(qkv, 2, "qkv");
-  a.expect(qkv.dim(1) >= l.rowWidth(), "qkv " + qkv.describe() + " must have at least (numHeads + 2 * numKvHeads) * headDim = " +
-                                           std::to_string(l.rowWidth()) + " columns");
+  a.expect(qkv.dim(1) >= l.rowWidth(),
+           [&] { return "qkv " + qkv.describe() + " must have at least (numHeads + 2 * numKvHeads) * headDim = " +
+               std::to_string(l.rowWidth()) + " columns"; });
   l.ld = qkv.dim(1);
   return act;
 }
@@ -51,10 +53,11 @@ gpu::KvCache kvCache(const OpArgs& a, Tensor& k, Tensor& v, cpu::HeadLayout l, b
   DType d = expectCacheDType(a, k, "kCache", cuda);
   a.expectRank(k, 4, "kCache");
   a.expectShape(k, {k.dim(0), k.dim(1), l.numKvHeads, l.headDim}, "kCache ([blocks, blockSize, numKvHeads, headDim])");
-  a.expect(k.dim(1) > 0, "kCache " + k.describe() + " must have a block size of at least 1");  // slots divide by it
+  a.expect(k.dim(1) > 0,
+           [&] { return "kCache " + k.describe() + " must have a block size of at least 1"; });  // slots divide by it
   a.expectShape(v, {k.dim(0), k.dim(1), l.numKvHeads, l.headDim}, "vCache (the shape of kCache)");
   expectCacheDType(a, v, "vCache", cuda);
-  a.expect(v.dtype() == d, "vCache " + v.describe() + " must have the dtype of kCache " + k.describe());
+  a.expect(v.dtype() == d, [&] { return "vCache " + v.describe() + " must have the dtype of kCache " + k.describe(); });
   return {k.data(), v.data(), d, k.dim(0), k.dim(1)};
 }
 
@@ -76,8 +79,8 @@ int expectRope(const OpArgs& a, const Tensor& qkv, const Tensor& pos, const Tens
   a.expectDType(inv, DType::F32, "invFreq");
   a.expectRank(inv, 1, "invFreq");
   a.expect(inv.dim(0) >= 1 && 2 * inv.dim(0) <= l.headDim,
-           "invFreq has " + std::to_string(inv.dim(0)) + " entries; the rotary dims (2x that) must fit in headDim " +
-               std::to_string(l.headDim));
+           [&] { return "invFreq has " + std::to_string(inv.dim(0)) + " entries; the rotary dims (2x that) must fit in headDim " +
+               std::to_string(l.headDim); });
   return int(inv.dim(0));
 }
 
@@ -89,8 +92,9 @@ void expectSlots(const OpArgs& a, const Tensor& slots, const Tensor& qkv, const 
   if (slots.device() != Device::CPU) return;
   const int32_t* s = slots.ptr<int32_t>();
   for (int64_t i = 0; i < slots.numel(); ++i)
-    a.expect(s[i] < c.numBlocks * c.blockSize, "slots[" + std::to_string(i) + "] = " + std::to_string(s[i]) +
-                                                   " is past the cache's " + std::to_string(c.numBlocks * c.blockSize) + " slots");
+    a.expect(s[i] < c.numBlocks * c.blockSize,
+             [&] { return "slots[" + std::to_string(i) + "] = " + std::to_string(s[i]) +
+                 " is past the cache's " + std::to_string(c.numBlocks * c.blockSize) + " slots"; });
 }
 
 Napi::Value Embedding(const Napi::CallbackInfo& info) {
@@ -188,8 +192,8 @@ Napi::Value LinearWide(const Napi::CallbackInfo& info) {
   cpu::Weights b{};
   DType act = expectLinear(a, out, x, w, bias, &b, 0);  // the widened weight's rows may be padded past x
   a.expect(in <= x.dim(1) && (x.dim(1) - in) % numSlots == 0,
-           "x " + x.describe() + " must be " + std::to_string(in) + " columns, then " + std::to_string(numSlots) +
-               " slots' columns of one width");
+           [&] { return "x " + x.describe() + " must be " + std::to_string(in) + " columns, then " + std::to_string(numSlots) +
+               " slots' columns of one width"; });
   expectSlotOfRow(a, slots, x.dim(0), numSlots);
   const cpu::Weights weights = linearWeights(a, w);
   if (cuda) {
@@ -235,7 +239,7 @@ Napi::Value Add(const Napi::CallbackInfo& info) {
   DType act = DType::F32;
   for (auto [t, n] : {std::pair<Tensor*, const char*>{&out, "out"}, {&x, "a"}, {&y, "b"}}) act = a.expectAct(*t, n);
   a.expect(x.numel() == out.numel() && y.numel() == out.numel(),
-           "a " + x.describe() + ", b " + y.describe() + " and out " + out.describe() + " must have as many elements");
+           [&] { return "a " + x.describe() + ", b " + y.describe() + " and out " + out.describe() + " must have as many elements"; });
   if (cuda) a.run([&] { gpu::add(act, out.data(), x.data(), y.data(), out.numel()); });
   else cpu::add(out.ptr<float>(), x.ptr<float>(), y.ptr<float>(), out.numel());
   return info.Env().Undefined();
@@ -270,14 +274,16 @@ Napi::Value FeedTokens(const Napi::CallbackInfo& info) {
                          {&sampled, "sampled"}, {&from, "from"}, {&rowSlots, "rowSlots"}}) {
     a.expectDType(*t, DType::I32, name);
     if (t != &sampled)
-      a.expect(t->numel() == tokens.numel(), std::string(name) + " " + t->describe() + " must have one entry per token");
+      a.expect(t->numel() == tokens.numel(),
+               [&] { return std::string(name) + " " + t->describe() + " must have one entry per token"; });
   }
   const int64_t n = tokens.numel();
   if (!cuda) {
     const int32_t* f = from.ptr<int32_t>();
     for (int64_t i = 0; i < n; ++i)
-      a.expect(f[i] < sampled.numel(), "from[" + std::to_string(i) + "] = " + std::to_string(f[i]) + " is past the " +
-                                           std::to_string(sampled.numel()) + " samples");
+      a.expect(f[i] < sampled.numel(),
+               [&] { return "from[" + std::to_string(i) + "] = " + std::to_string(f[i]) + " is past the " +
+                   std::to_string(sampled.numel()) + " samples"; });
     cpu::feedTokens(tokens.ptr<int32_t>(), embedRows.ptr<int32_t>(), sampled.ptr<int32_t>(), f,
                     rowSlots.ptr<int32_t>(), vocab, n);
   } else {
@@ -357,10 +363,12 @@ Napi::Value PagedAttention(const Napi::CallbackInfo& info) {
   a.expectShape(starts, {seqs + 1}, "queryStarts ([sequences + 1])");
   a.expectDType(tables, DType::I32, "blockTables");
   a.expectRank(tables, 2, "blockTables");
-  a.expect(tables.dim(0) == seqs, "blockTables " + tables.describe() + " needs one row per sequence (" + std::to_string(seqs) + ")");
+  a.expect(tables.dim(0) == seqs,
+           [&] { return "blockTables " + tables.describe() + " needs one row per sequence (" + std::to_string(seqs) + ")"; });
   int64_t maxBlocks = tables.dim(1);
   if (cuda) {
-    a.expect(l.headDim <= 256, "headDim " + std::to_string(l.headDim) + " is above the 256 the cuda kernel supports");
+    a.expect(l.headDim <= 256,
+             [&] { return "headDim " + std::to_string(l.headDim) + " is above the 256 the cuda kernel supports"; });
     a.run([&] {
       gpu::pagedAttention(act, out.data(), qkv.data(), c, tables.ptr<int32_t>(), maxBlocks, starts.ptr<int32_t>(),
                           lens.ptr<int32_t>(), seqs, qkv.dim(0), l, scale);
@@ -368,19 +376,21 @@ Napi::Value PagedAttention(const Napi::CallbackInfo& info) {
     return info.Env().Undefined();
   }
   const int32_t *qs = starts.ptr<int32_t>(), *cl = lens.ptr<int32_t>(), *bt = tables.ptr<int32_t>();
-  a.expect(qs[0] == 0 && qs[seqs] == qkv.dim(0), "queryStarts must run from 0 to the number of tokens (" +
-                                                   std::to_string(qkv.dim(0)) + ")");
+  a.expect(qs[0] == 0 && qs[seqs] == qkv.dim(0),
+           [&] { return "queryStarts must run from 0 to the number of tokens (" + std::to_string(qkv.dim(0)) + ")"; });
   for (int64_t s = 0; s < seqs; ++s) {
     int64_t qLen = qs[s + 1] - qs[s];
-    a.expect(qLen >= 0 && qLen <= cl[s], "sequence " + std::to_string(s) + " has " + std::to_string(qLen) +
-                                             " new tokens but a context of " + std::to_string(cl[s]));
+    a.expect(qLen >= 0 && qLen <= cl[s],
+             [&] { return "sequence " + std::to_string(s) + " has " + std::to_string(qLen) +
+                 " new tokens but a context of " + std::to_string(cl[s]); });
     int64_t used = (int64_t(cl[s]) + c.blockSize - 1) / c.blockSize;
-    a.expect(used <= maxBlocks, "sequence " + std::to_string(s) + " needs " + std::to_string(used) +
-                                    " blocks but blockTables has " + std::to_string(maxBlocks) + " columns");
+    a.expect(used <= maxBlocks,
+             [&] { return "sequence " + std::to_string(s) + " needs " + std::to_string(used) +
+                 " blocks but blockTables has " + std::to_string(maxBlocks) + " columns"; });
     for (int64_t b = 0; b < used; ++b)
       a.expect(bt[s * maxBlocks + b] >= 0 && bt[s * maxBlocks + b] < c.numBlocks,
-               "blockTables[" + std::to_string(s) + "][" + std::to_string(b) + "] = " + std::to_string(bt[s * maxBlocks + b]) +
-                   " is not a block of the cache");
+               [&] { return "blockTables[" + std::to_string(s) + "][" + std::to_string(b) + "] = " + std::to_string(bt[s * maxBlocks + b]) +
+                   " is not a block of the cache"; });
   }
   cpu::pagedAttention(out.ptr<float>(), qkv.ptr<float>(), cpuCache(c), bt, maxBlocks, qs, cl, seqs, l, scale);
   return info.Env().Undefined();
@@ -423,7 +433,8 @@ Napi::Value Logprobs(const Napi::CallbackInfo& info) {
   a.expectDType(topIds, DType::I32, "topIds");
   a.expectRank(topIds, 2, "topIds");
   int64_t k = topIds.dim(1);
-  a.expect(k <= vocab, "topIds asks for " + std::to_string(k) + " tokens of a " + std::to_string(vocab) + "-token vocabulary");
+  a.expect(k <= vocab,
+           [&] { return "topIds asks for " + std::to_string(k) + " tokens of a " + std::to_string(vocab) + "-token vocabulary"; });
   a.expectShape(topIds, {n, k}, "topIds");
   a.expectDType(topLp, DType::F32, "topLogprobs");
   a.expectShape(topLp, {n, k}, "topLogprobs");
