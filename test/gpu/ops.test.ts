@@ -178,15 +178,21 @@ describeGpu('cuda row ops', () => {
 
     // The fused prologue gives what headRmsNorm + rope + kvWrite give on CUDA (up to the
     // compiler's choice of fused multiply-adds), and the CPU's values within tolerance;
-    // padding slots (-1) and slots past the cache are skipped.
-    it.each([[4, 2, 8, 4], [16, 8, 128, 64], [3, 1, 33, 8], [8, 2, 256, 128], [2, 2, 64, 16]])(
-      'ropeKvWrite, %i q heads, %i kv heads, headDim %i, %i frequencies', (h, kv, hd, half) => {
-        const rng = new Rng(7 * h + kv + hd + half);
-        const n = 9, blockSize = 4, numBlocks = 5;
+    // padding slots (-1) and slots past the cache are skipped. From 128 rows, a block a token
+    // (head dims 64, 128, 256; full and partial rotary), else the warp-per-head kernel.
+    it.each([[4, 2, 8, 4, 9], [16, 8, 128, 64, 9], [3, 1, 33, 8, 9], [8, 2, 256, 128, 9], [2, 2, 64, 16, 9],
+      [16, 8, 128, 64, 160], [4, 2, 64, 32, 130], [8, 2, 256, 128, 128], [4, 4, 128, 32, 150], [2, 2, 64, 16, 140],
+      [3, 1, 33, 8, 140], [4, 2, 8, 4, 129]])(
+      'ropeKvWrite, %i q heads, %i kv heads, headDim %i, %i frequencies, %i rows', (h, kv, hd, half, n) => {
+        const rng = new Rng(7 * h + kv + hd + half + n);
+        const blockSize = 4, numBlocks = n === 9 ? 5 : Math.ceil(n / blockSize);
+        const capacity = numBlocks * blockSize;
         const width = (h + 2 * kv) * hd;
         const data = rounded(act, rng.floats(n * width, -2, 2));
         const positions = rng.ints(n, 0, 8192);
-        const slots = [0, 19, -1, 7, 3, 100, 12, 1, 2];
+        // Each token its own slot, some padding (-1) and some past the cache.
+        const slots = n === 9 ? [0, 19, -1, 7, 3, 100, 12, 1, 2]
+          : Array.from({ length: n }, (_, i) => (i % 11 === 5 ? -1 : i % 13 === 7 ? capacity + i : (i * 11) % n));
         const inv = Float32Array.from({ length: half }, (_, i) => Math.pow(10000, (-2 * i) / (2 * half)));
         const qn = rng.floats(hd, 0.5, 1.5), kn = rng.floats(hd, 0.5, 1.5);
         for (const cacheDtype of ACTS) {
@@ -198,7 +204,7 @@ describeGpu('cuda row ops', () => {
                 dev === 'cpu' ? (dtype === 'i32' ? i32(shape, d) : onCpu(shape, d)) : onCuda(dtype, shape, d);
               const qkv = t(act, [n, width], data);
               const k = t(cacheDtype, cacheShape, zeros), v = t(cacheDtype, cacheShape, zeros);
-              const pos = t('i32', [n], positions), sl = t('i32', [n], dev === 'cpu' ? slots.map((x) => (x >= 20 ? -1 : x)) : slots);
+              const pos = t('i32', [n], positions), sl = t('i32', [n], dev === 'cpu' ? slots.map((x) => (x >= capacity ? -1 : x)) : slots);
               const invT = t('f32', [half], inv);
               const qw = norms ? t('f32', [hd], qn) : null, kw = norms ? t('f32', [hd], kn) : null;
               if (fused) {
