@@ -12,12 +12,14 @@
 //
 // PROMPTS=1,2,8,32 (P), LEN=128 (L), REPS=9. OPS=1 also prints, for each mode at the largest P, each
 // op's total GPU time over one step (each call timed alone, replayed in a graph).
+// MSTAR_LORA_GEMM_ROWS moves the adapters' path as in the engine (inf: the decode-size path).
 // Needs dist/ and the addon (as bench/gpu_session.sh).
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 
 import { addon } from '../dist/lib/addon/index.js';
+import { loraGemmRowsSetting } from '../dist/lib/engine/options.js';
 import { ALL_TARGETS } from '../dist/lib/lora/adapter.js';
 import { LoraManager } from '../dist/lib/lora/manager.js';
 import { CPU, cudaPlacement, KvCache, loadModel, stepTensors } from '../dist/lib/models/index.js';
@@ -31,6 +33,7 @@ const maxTokens = Math.max(...PROMPTS) * (LEN + REPS + 4);
 
 const cuda = process.env.DEVICE !== 'cpu';
 const model = loadModel(dir, { placement: cuda ? cudaPlacement() : CPU });
+model.loraGemmRows = loraGemmRowsSetting();  // as the engine sets it (MSTAR_LORA_GEMM_ROWS)
 const lora = new LoraManager(model, { slots: 2, maxRank: 16, hostCache: 2, targets: ALL_TARGETS });
 const adapters = process.env.ADAPTERS ?? join(dir, 'adapters');
 const adapter = readdirSync(adapters).sort()[0];
