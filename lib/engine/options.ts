@@ -68,12 +68,14 @@ export function overlapSetting(option: boolean | undefined, cuda: boolean, env: 
 /**
  * From how many rows a step's adapters shrink and expand by GEMMs over every slot at once
  * instead of the per-row kernels (LlamaModel.loraGemmRows): MSTAR_LORA_GEMM_ROWS, a
- * tuning knob for benchmarks; by default 256 (measured against 1024 and never, Qwen3-0.6B,
- * 128-token prompts: the best of the three at 32 and 64 requests, bench/RESULTS.md).
+ * tuning knob for benchmarks; by default 1024. Below it the per-row path's eager step is
+ * done sooner (Qwen3-0.6B, one adapter, bench/prefill_step.mjs on an H200: 256 rows 2.4
+ * against 5.4 ms, 1024 rows 4.8 against 5.2), its two fewer launches a projection
+ * outweighing its slower deltas; at 4096 rows the GEMMs win (12.0 against 15.2 ms).
  */
 export function loraGemmRowsSetting(env: NodeJS.ProcessEnv = process.env): number {
   const raw = env.MSTAR_LORA_GEMM_ROWS?.trim();
-  if (!raw) return 256;
+  if (!raw) return 1024;
   const rows = raw === 'inf' ? Infinity : Number(raw);
   if (!(rows >= 1)) throw new Error(`MSTAR_LORA_GEMM_ROWS=${raw} is not understood: use a row count, or inf`);
   return rows;

@@ -27,7 +27,7 @@ export class LlamaModel {
    * than the GEMM's tensor cores do (the engine sets it from MSTAR_LORA_GEMM_ROWS; tests move
    * it to compare the two).
    */
-  loraGemmRows = 256;
+  loraGemmRows = 1024;
 
   constructor(readonly config: ModelConfig, readonly weights: Weights, readonly placement: Placement = CPU) {
     const { invFreq } = ropeInvFreq(config.rope, config.headDim);

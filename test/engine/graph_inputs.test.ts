@@ -145,9 +145,9 @@ describe('settings', () => {
     expect(profileSetting({})).toBe(false);
   });
 
-  it('MSTAR_LORA_GEMM_ROWS: a row count, or inf; 256 by default', () => {
-    expect(loraGemmRowsSetting({})).toBe(256);
-    expect(loraGemmRowsSetting({ MSTAR_LORA_GEMM_ROWS: '1024' })).toBe(1024);
+  it('MSTAR_LORA_GEMM_ROWS: a row count, or inf; 1024 by default', () => {
+    expect(loraGemmRowsSetting({})).toBe(1024);
+    expect(loraGemmRowsSetting({ MSTAR_LORA_GEMM_ROWS: '256' })).toBe(256);
     expect(loraGemmRowsSetting({ MSTAR_LORA_GEMM_ROWS: 'inf' })).toBe(Infinity);
     for (const bad of ['0', '-3', 'many']) expect(() => loraGemmRowsSetting({ MSTAR_LORA_GEMM_ROWS: bad })).toThrow(/MSTAR_LORA_GEMM_ROWS=.* is not understood/);
   });

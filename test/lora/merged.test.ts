@@ -92,7 +92,7 @@ describe('LoRA equals merged weights', () => {
       expect(relativeError(withLora[0], plain[0])).toBeGreaterThan(1e-3);  // the adapter did something
       merged.dispose();
       lora.weights.dispose();
-      base.loraGemmRows = 256;
+      base.loraGemmRows = 1024;
     });
   }
 
@@ -155,7 +155,7 @@ describe('LoRA equals merged weights', () => {
     };
     const [byGemms, byKernels] = [run(1), run(Infinity)];
     base.lora = undefined;
-    base.loraGemmRows = 256;
+    base.loraGemmRows = 1024;
     const merged = loadModel(dir, { dtype: 'f32' });
     for (const m of partial.modules) {
       const loc = locateModule(c, c.family, m.path)!;
