@@ -23,6 +23,27 @@ __global__ void siluMulKernel(T* out, const T* gateUp, int64_t ldg, int64_t n, i
   }
 }
 
+// siluMulKernel for prefill-sized steps: a thread takes 8 consecutive columns of one row (16-byte
+// loads of gate and up where the rows allow), blockIdx.y the row. Element by element, with a
+// 64-bit division each, Qwen3-0.6B's 4096-row step spent 46 us a layer here, ~1.6 TB/s.
+constexpr int kRowsThreads = 128;
+constexpr int64_t kRowsKernelMin = 128;
+
+template <typename T>
+__global__ __launch_bounds__(kRowsThreads) void siluMulRowsKernel(T* out, const T* gateUp, int64_t ldg, int inter) {
+  awaitPrior();
+  const int c = (blockIdx.x * kRowsThreads + threadIdx.x) * 8;
+  if (c >= inter) return;
+  const int64_t r = blockIdx.y;
+  float g[8], u[8];
+  loadVec<T, 8>(g, gateUp + r * ldg + c);
+  loadVec<T, 8>(u, gateUp + r * ldg + inter + c);
+  T y[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) y[e] = silu<T>(g[e], u[e]);
+  storeVec<T, 8>(out + r * inter + c, y);
+}
+
 // siluMul of an adapted gate_up projection's output: gate and up each with its delta
 // (LoraDelta), rounded as the projection with its adapter is stored. A thread takes 8
 // consecutive columns of G rows, of gate (the first 16 lanes of a warp) or of up (the
@@ -154,6 +175,12 @@ void siluMul(DType act, void* out, const void* gateUp, int64_t n, int64_t inter,
       const int64_t rereads = n * 2 * inter * d.rank * int64_t(sizeof(T));
       if (n >= 2 && rereads >= (int64_t(8) << 20)) return run(siluMulDeltaKernel<T, 2>, 2);
       return run(siluMulDeltaKernel<T, 1>, 1);
+    }
+    if (n >= kRowsKernelMin && n <= 65535 && inter % 8 == 0 && runsOf8(gateUp, ldg, sizeof(T)) &&
+        runsOf8(out, inter, sizeof(T))) {
+      const dim3 grid{blocksFor(inter / 8, kRowsThreads), unsigned(n)};
+      return launch("siluMul kernel", siluMulRowsKernel<T>, grid, kRowsThreads, 0, static_cast<T*>(out),
+          static_cast<const T*>(gateUp), ldg, int(inter));
     }
     launch("siluMul kernel", siluMulKernel<T>, gridFor(n * inter), 256, 0, static_cast<T*>(out),
         static_cast<const T*>(gateUp), ldg, n, inter);

@@ -228,7 +228,8 @@ describeGpu('cuda row ops', () => {
         }
       });
 
-    it.each([[1, 1], [3, 7], [17, 130], [64, 3000]])('siluMul and add, %i rows of %i', (n, inter) => {
+    // From 128 rows of a multiple of 8, a thread per 8 columns of a row.
+    it.each([[1, 1], [3, 7], [17, 130], [64, 3000], [130, 3072], [200, 136], [150, 130]])('siluMul and add, %i rows of %i', (n, inter) => {
       const rng = new Rng(n * inter);
       const gu = act2(act, [n, 2 * inter], rng.floats(n * 2 * inter, -6, 6));
       const [got, want] = both(act, [n, inter], (dev, out) => addon.siluMul(out, gu[dev]));
