@@ -17,7 +17,8 @@ export interface ServeConfig {
   /** Longest prompt + output; absent means the model's max_position_embeddings. */
   max_seq_len?: number;
   max_batch_size: number;
-  max_num_batched_tokens: number;
+  /** Absent: 8192 on a CUDA device of 70 GiB or more, else 2048 (as vLLM's OpenAI server). */
+  max_num_batched_tokens?: number;
   kv_cache: { block_size: number; num_blocks?: number; memory_fraction?: number };
   prefix_cache: boolean;
   server: { host: string; port: number; max_body_bytes?: number };
@@ -52,7 +53,7 @@ export const serveConfigSchema = {
     dtype: { type: 'string', enum: ['bf16', 'f16', 'f32'] },
     max_seq_len: { type: 'integer', minimum: 1 },
     max_batch_size: { type: 'integer', minimum: 1, default: 64 },
-    max_num_batched_tokens: { type: 'integer', minimum: 1, default: 2048 },
+    max_num_batched_tokens: { type: 'integer', minimum: 1 },
     kv_cache: {
       type: 'object',
       additionalProperties: false,

@@ -24,7 +24,9 @@ export interface MemoryPlan {
   scratch: number;
 }
 
-export function memoryBesidesKv(config: ModelConfig, o: EngineOptions, placement: Placement, graphs: boolean): MemoryPlan {
+export function memoryBesidesKv(
+  config: ModelConfig, o: EngineOptions & { maxNumBatchedTokens: number }, placement: Placement, graphs: boolean,
+): MemoryPlan {
   const targets = o.lora && new Set(o.lora.targets);
   const loraPool = o.lora ? slotWeightsBytes(config, o.lora.slots + 1, o.lora.maxRank, targets!, placement) : 0;
   const widths = o.lora ? poolWidths(config, o.lora.slots + 1, o.lora.maxRank, targets!) : undefined;

@@ -3,14 +3,14 @@
 import { describe, expect, it } from 'vitest';
 
 import { memoryBesidesKv } from '../../lib/engine/memory.js';
-import { engineLimits, type EngineOptions } from '../../lib/engine/options.js';
+import { batchedTokensDefault, engineLimits, type EngineOptions } from '../../lib/engine/options.js';
 import { ALL_TARGETS } from '../../lib/lora/adapter.js';
 import { SlotWeights } from '../../lib/lora/slot_weights.js';
 import { CPU, cudaPlacement, KvCache } from '../../lib/models/index.js';
 import { Workspace, workspaceBytes } from '../../lib/models/workspace.js';
 import { tinyModel } from './helpers.js';
 
-const base: EngineOptions = {
+const base: EngineOptions & { maxNumBatchedTokens: number } = {
   model: '', device: 'cpu', maxBatchSize: 4, maxNumBatchedTokens: 64, kvCache: { blockSize: 16, numBlocks: 8 }, prefixCache: true,
 };
 
@@ -84,7 +84,7 @@ describe('the KV cache on CUDA, against the device memory (given, as after the w
   const GiB = 2 ** 30;
   const memory = (free: number, total = 16 * GiB) => () => ({ free, total });
   const blockBytes = KvCache.bytesPerToken(config, cuda) * 16;
-  const besides = (o: EngineOptions) => {
+  const besides = (o: typeof base) => {
     const p = memoryBesidesKv(config, o, cuda, true);
     return p.loraPool + p.activations + p.scratch;
   };
@@ -109,6 +109,17 @@ describe('the KV cache on CUDA, against the device memory (given, as after the w
     expect(engineLimits(config, { ...base, kvCache: { blockSize: 16, numBlocks: most } }, cuda, huge).numBlocks).toBe(most);
     expect(() => engineLimits(config, { ...base, kvCache: { blockSize: 16, numBlocks: most + 1 } }, cuda, huge))
       .toThrow(`kv_cache.num_blocks ${most + 1} of 16 tokens is past the 2147483647 tokens the CUDA attention kernels address: at most ${most} blocks`);
+  });
+
+  it('max_num_batched_tokens when not given: 8192 on a device of 70 GiB or more, else 2048 (as vLLM)', () => {
+    expect(batchedTokensDefault(true, 141 * GiB)).toBe(8192);
+    expect(batchedTokensDefault(true, 40 * GiB)).toBe(2048);
+    expect(batchedTokensDefault(false, 512 * GiB)).toBe(2048);
+    const o: EngineOptions = { ...base, maxNumBatchedTokens: undefined };
+    expect(engineLimits(config, o, cuda, memory(100 * GiB, 141 * GiB)).maxNumBatchedTokens).toBe(8192);
+    expect(engineLimits(config, o, cuda, memory(12 * GiB)).maxNumBatchedTokens).toBe(2048);
+    expect(engineLimits(config, o, CPU).maxNumBatchedTokens).toBe(2048);
+    expect(engineLimits(config, { ...o, maxNumBatchedTokens: 300 }, cuda, memory(100 * GiB, 141 * GiB)).maxNumBatchedTokens).toBe(300);
   });
 
   it('the default cache shrinks to what is free, and says so when not one block fits', () => {

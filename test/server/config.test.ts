@@ -32,7 +32,6 @@ describe('loadServeConfig', () => {
       served_model_name: '/models/qwen3',
       device: 'auto',
       max_batch_size: 64,
-      max_num_batched_tokens: 2048,
       kv_cache: { block_size: 16 },
       prefix_cache: true,
       server: { host: '127.0.0.1', port: 8000 },
