@@ -2,7 +2,9 @@
 // RMSNorm of q and k (Qwen3; optional), RoPE on q and k, and the k and v rows into their
 // paged-cache slot. It replaces headRmsNorm + rope + kvWrite (three launches a layer) and
 // rounds between the stages as those do (qkv is stored in the activation type after each),
-// so either path gives the same values.
+// so either path gives the same values (up to the order in which a head's sum of squares
+// is added: ropeKvRowsKernel's lanes hold headDim / 32 dims, so at head dims other than 128
+// a q/k-normed value may land one rounding step apart).
 #include <type_traits>
 
 #include "common.cuh"
@@ -234,11 +236,14 @@ __global__ __launch_bounds__(kRowsThreads) void ropeKvRowsKernel(RopeKvArgs<T, C
 }
 
 // Whether ropeKvRowsKernel<D> takes this layout: headDim = 32 D, the rotary half a multiple of
-// D a power-of-two lanes wide, D-element runs aligned in qkv and the caches.
-bool rowsKernelTakes(const void* qkv, size_t elem, int64_t rowWidth, HeadLayout l, int half, int D) {
+// D a power-of-two lanes wide, D-element runs aligned in qkv and the caches (a cache row
+// starts a whole number of heads in).
+bool rowsKernelTakes(const void* qkv, size_t elem, int64_t rowWidth, const KvCache& c, size_t cacheElem, HeadLayout l,
+                     int half, int D) {
   const int lanes = half / D;
+  const auto aligned = [&](const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
   return l.headDim == 32 * D && half <= kMaxHalf && half % D == 0 && lanes > 0 && (lanes & (lanes - 1)) == 0 &&
-         rowWidth % D == 0 && reinterpret_cast<uintptr_t>(qkv) % (D * elem) == 0;
+         rowWidth % D == 0 && aligned(qkv, D * elem) && aligned(c.k, D * cacheElem) && aligned(c.v, D * cacheElem);
 }
 
 }  // namespace
@@ -267,9 +272,10 @@ void ropeKvWrite(DType act, void* qkv, const int32_t* positions, const float* in
         }
         if (!d.t && n >= kRowsKernelMin) {
           auto rows = [&](auto kernel) { launch("ropeKvWrite kernel", kernel, unsigned(n), kRowsThreads, 0, a); };
-          if (rowsKernelTakes(qkv, sizeof(T), a.rowWidth, l, half, 2)) return rows(ropeKvRowsKernel<T, C, W, 2>);
-          if (rowsKernelTakes(qkv, sizeof(T), a.rowWidth, l, half, 4)) return rows(ropeKvRowsKernel<T, C, W, 4>);
-          if (rowsKernelTakes(qkv, sizeof(T), a.rowWidth, l, half, 8)) return rows(ropeKvRowsKernel<T, C, W, 8>);
+          auto takes = [&](int D) { return rowsKernelTakes(qkv, sizeof(T), a.rowWidth, c, sizeof(C), l, half, D); };
+          if (takes(2)) return rows(ropeKvRowsKernel<T, C, W, 2>);
+          if (takes(4)) return rows(ropeKvRowsKernel<T, C, W, 4>);
+          if (takes(8)) return rows(ropeKvRowsKernel<T, C, W, 8>);
         }
         // Few rows (decode): blocks of 2 warps, so that a delta's bT spreads over more SMs (a block
         // of 8 at one row read a sixth of Qwen3-8B's 196 KB through one SM's share of L2).

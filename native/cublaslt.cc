@@ -1,6 +1,7 @@
 // The dlopen shim of cuBLASLt: finds the library, resolves the handful of functions the
 // GEMM needs (prototypes from NVIDIA's cublasLt.h, with opaque handles as void*), and
-// caches one algorithm per shape and alignment (for decode sizes, chosen by timing).
+// caches one algorithm per shape and alignment (for decode sizes, chosen by timing; above them,
+// one per bucket of row counts).
 #include "cublaslt.h"
 
 #include <dlfcn.h>
@@ -292,18 +293,17 @@ bool gemmBf16(void* out, const void* x, const void* w, int64_t n, int64_t in, in
     return gApi.matmul(gHandle, plan.d.desc, &alpha, w, plan.d.a, x, plan.d.b, &beta, out, plan.d.d, out, plan.d.d,
                        &plan.algo, gWorkspace, kWorkspaceBytes, stream);
   };
+  // cuBLASLt checks an algorithm against the shape before it launches anything. Where the
+  // bucket has none, or its algorithm does not take these rows, the rows get a plan of their
+  // own (a row count that is not a bucket's own is never a bucket's key).
   const int64_t bucket = rowBucket(n);
-  Plan& shared = planFor(bucket);
-  if (!shared.ok) return false;
-  int status = run(shared);
-  // cuBLASLt checks an algorithm against the shape before it launches anything; one that does
-  // not take these rows gets a plan of their own (a row count that is not a bucket's own is
-  // never a bucket's key).
+  Plan* chosen = &planFor(bucket);
+  int status = chosen->ok ? run(*chosen) : -1;
   if (status != kSuccess && bucket != n) {
-    Plan& own = planFor(n);
-    if (!own.ok) return false;
-    status = run(own);
+    chosen = &planFor(n);
+    status = chosen->ok ? run(*chosen) : -1;
   }
+  if (!chosen->ok) return false;  // cuBLASLt has no algorithm for the shape: the caller's own kernel
   check(status, "cublasLtMatmul");
   return true;
 }

@@ -129,18 +129,18 @@ cpu::LoraDelta expectLoraDelta(OpArgs& a, size_t i, const Tensor& y, int64_t own
   if (!bT) return {};
   Tensor &slots = a.tensor(i + 1, "slotOfRow"), &ranks = a.tensor(i + 3, "slotRanks");
   a.oneDevice();
-  const std::string yDesc = std::string(yName) + " " + y.describe();
-  a.expect(y.dtype() == bT->dtype(), [&] { return "bT " + bT->describe() + " must have the dtype of " + yDesc; });
+  auto yDesc = [&] { return std::string(yName) + " " + y.describe(); };
+  a.expect(y.dtype() == bT->dtype(), [&] { return "bT " + bT->describe() + " must have the dtype of " + yDesc(); });
   a.expectRank(*bT, 2, "bT");
   const int64_t bCols = y.dim(1) - ownCols;
   a.expect(bCols > 0 && bT->dim(0) == bCols && bT->dim(1) == ownCols,
            [&] { return "bT " + bT->describe() + " must be [" + std::to_string(y.dim(1) - ownCols) + ", " + std::to_string(ownCols) +
-               "]: a row for each column of " + yDesc + " after its " + std::to_string(ownCols) + " outputs"; });
+               "]: a row for each column of " + yDesc() + " after its " + std::to_string(ownCols) + " outputs"; });
   a.expectDType(ranks, DType::I32, "slotRanks");
   a.expectRank(ranks, 2, "slotRanks");
   const int64_t numSlots = ranks.dim(0), numSlices = ranks.dim(1);
   a.expect(numSlots * numSlices > 0 && bCols % (numSlots * numSlices) == 0,
-           [&] { return "slotRanks " + ranks.describe() + " must split the " + std::to_string(bCols) + " shrink columns of " + yDesc +
+           [&] { return "slotRanks " + ranks.describe() + " must split the " + std::to_string(bCols) + " shrink columns of " + yDesc() +
                " evenly into slots and slices"; });
   const int64_t rank = bCols / (numSlots * numSlices);
   const cpu::SliceStarts slices = a.sliceStarts(i + 2, "sliceStarts", ownCols);

@@ -96,9 +96,9 @@ const CUDA_MAX_KV_TOKENS = 2 ** 31 - 1;
 
 /**
  * max_num_batched_tokens when the config gives none: vLLM's defaults for its OpenAI server,
- * 8192 on a CUDA device of 70 GiB or more (H100, H200) and 2048 elsewhere. At 2048 a
- * 4096-token prompt took two steps (Qwen3-0.6B on an H200: TTFT 24.9 ms, its one-step
- * forward 16.5 ms).
+ * 8192 on a CUDA device of 70 GiB or more (H100, H200) and 2048 elsewhere (vLLM also keeps
+ * 2048 on an 80 GiB A100, which it tells by name). At 2048 a 4096-token prompt took two
+ * steps (Qwen3-0.6B on an H200: TTFT 24.9 ms, its one-step forward 16.5 ms).
  */
 export function batchedTokensDefault(cuda: boolean, deviceBytes: number): number {
   return cuda && deviceBytes >= 70 * 2 ** 30 ? 8192 : 2048;

@@ -19,13 +19,13 @@ export class LlamaModel {
   /** The adapter pool's slot weights, when LoRA is on; rows then add their slot's delta. */
   lora?: SlotWeights;
   /**
-   * From this many rows (prefill-sized steps; a captured decode step of that many rows too:
-   * the path does not depend on the mix) the adapters shrink by one GEMM over every slot's A
-   * and expand in the projection's GEMM, by b beside W; below, each projection's GEMM by W
-   * with every slot's A beneath gives its shrink with its output, and the op that takes the
-   * output expands, a rank-long dot product an output, which at 4096 rows would cost more
-   * than the GEMM's tensor cores do (the engine sets it from MSTAR_LORA_GEMM_ROWS; tests move
-   * it to compare the two).
+   * From this many rows (prefill-sized steps; the path does not depend on the mix) the
+   * adapters shrink by one GEMM over every slot's A and expand in the projection's GEMM, by b
+   * beside W; below, each projection's GEMM by W with every slot's A beneath gives its shrink
+   * with its output, and the op that takes the output expands, a rank-long dot product an
+   * output, which at 4096 rows costs more than the GEMM path does, though below ~1000 rows
+   * the GEMM path's two extra launches a projection cost the host more (the engine sets it
+   * from MSTAR_LORA_GEMM_ROWS; tests move it to compare the two).
    */
   loraGemmRows = 1024;
 

@@ -38,9 +38,10 @@ export class Workspace {
 
   /**
    * A [rows, cols] view of buffer `name`, the workspace's own: the same handle for every take
-   * of that shape (callers do not dispose it; one that was disposed is made again). A step
-   * takes a few hundred views of a dozen shapes, and a new tensor handle cost ~10 µs of host
-   * time on the GPU machine: 3 ms an eager step with LoRA rows.
+   * of that shape, which callers need not dispose (one that was disposed, as the runners do
+   * with a step's logits, is made again). A step takes a few hundred views of a dozen shapes,
+   * and a new tensor handle cost ~10 µs of host time on the GPU machine: 3 ms an eager step
+   * with LoRA rows.
    */
   take(name: BufferName, rows: number, cols: number): Tensor {
     const key = `${name} ${rows} ${cols}`;
