@@ -13,7 +13,7 @@
 # meets a GPU that has drifted; ROUNDS=1 halves the time).
 #
 # Needs node on PATH, the checkout's node_modules and dist/, and the addon (build/ or
-# MSTAR_PREBUILD). Writes OUT_DIR/{gpu_tests.log, bench.json, bench.svg, bench.log, kernels.csv}.
+# MSTAR_PREBUILD). Writes OUT_DIR/{gpu_tests.log, bench.json, bench.svg, bench.log, prefill_step.txt, kernels.csv}.
 set -uo pipefail
 out=${1:?usage: gpu_session.sh OUT_DIR [preset]}
 preset=${2:-qwen3-0.6b}
@@ -36,6 +36,10 @@ node dist/lib/cli/main.js synth --preset "$preset" --out "$model" --adapters 3 -
 sed -i 's/slots: 3/slots: 2/' "$model/serve.yaml"  # churn: 3 adapters over 2 slots
 MSTAR_PROFILE=1 node dist/lib/cli/main.js bench --serve "$model/serve.yaml" --concurrency 1,8,32,64 --prompt-len 128 --output-len 64 \
   --mix base,one,churn --rounds "${ROUNDS:-2}" --roofline --prefill 4096 --json "$out/bench.json" --svg "$out/bench.svg" 2>&1 | tee "$out/bench.log" | grep -vE "^lora-(on|off) [a-z]+ c=[0-9]+( round [0-9/]+)?:" | tail -40
+
+# One eager prefill step by mode (LoRA off, base rows, one adapter): GPU, host and done times.
+timeout 180 node bench/prefill_step.mjs "$model" >"$out/prefill_step.txt" 2>&1
+echo "prefill_step: exit $?"; tail -n 13 "$out/prefill_step.txt"
 
 if [ "${NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
   # Eager steps (graphs off), LoRA on, one adapter: 600 kernels from the middle of decoding
