@@ -27,7 +27,6 @@ __global__ void siluMulKernel(T* out, const T* gateUp, int64_t ldg, int64_t n, i
 // loads of gate and up where the rows allow), blockIdx.y the row. Element by element, with a
 // 64-bit division each, Qwen3-0.6B's 4096-row step spent 46 us a layer here, ~1.6 TB/s.
 constexpr int kRowsThreads = 128;
-constexpr int64_t kRowsKernelMin = 128;
 
 template <typename T>
 __global__ __launch_bounds__(kRowsThreads) void siluMulRowsKernel(T* out, const T* gateUp, int64_t ldg, int inter) {
@@ -176,8 +175,7 @@ void siluMul(DType act, void* out, const void* gateUp, int64_t n, int64_t inter,
       if (n >= 2 && rereads >= (int64_t(8) << 20)) return run(siluMulDeltaKernel<T, 2>, 2);
       return run(siluMulDeltaKernel<T, 1>, 1);
     }
-    if (n >= kRowsKernelMin && n <= 65535 && inter % 8 == 0 && runsOf8(gateUp, ldg, sizeof(T)) &&
-        runsOf8(out, inter, sizeof(T))) {
+    if (n >= kPrefillRows && n <= 65535 && runsOf8(gateUp, ldg, sizeof(T)) && runsOf8(out, inter, sizeof(T))) {
       const dim3 grid{blocksFor(inter / 8, kRowsThreads), unsigned(n)};
       return launch("siluMul kernel", siluMulRowsKernel<T>, grid, kRowsThreads, 0, static_cast<T*>(out),
           static_cast<const T*>(gateUp), ldg, int(inter));

@@ -160,6 +160,10 @@ __device__ __forceinline__ void storeVec(T* p, const T (&v)[N]) {
   }
 }
 
+// From this many rows, a step with no LoRA delta is prefill-sized: ropeKvWrite and siluMul
+// take a row (token) a block there, with wide loads, instead of their decode-sized layouts.
+constexpr int64_t kPrefillRows = 128;
+
 // Whether rows of `in` elements of `elem` bytes from p can be read in runs of 8 elements
 // with 16-byte loads (the vec paths): p aligned, every row starting on a 16-byte boundary,
 // and no run crossing a row's end (in % 8 == 0: an f32 row of 4k + 4 elements would pass

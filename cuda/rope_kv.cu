@@ -14,8 +14,6 @@ namespace mstar::gpu {
 namespace {
 
 constexpr int kMaxWarps = 8;
-// From this many rows with no delta (prefill), ropeKvRowsKernel; below, a warp a head.
-constexpr int64_t kRowsKernelMin = 128;
 
 // What both kernels take besides the delta.
 template <typename T, typename C, typename W>
@@ -270,7 +268,7 @@ void ropeKvWrite(DType act, void* qkv, const int32_t* positions, const float* in
                 size_t(8) * l.headDim * sizeof(float), a, d);
           }
         }
-        if (!d.t && n >= kRowsKernelMin) {
+        if (!d.t && n >= kPrefillRows) {  // ropeKvRowsKernel; below, a warp a head
           auto rows = [&](auto kernel) { launch("ropeKvWrite kernel", kernel, unsigned(n), kRowsThreads, 0, a); };
           auto takes = [&](int D) { return rowsKernelTakes(qkv, sizeof(T), a.rowWidth, c, sizeof(C), l, half, D); };
           if (takes(2)) return rows(ropeKvRowsKernel<T, C, W, 2>);
