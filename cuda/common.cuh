@@ -25,6 +25,9 @@ int smCount();
 // Whether launch() lets kernels overlap the one before them (see below): where the device
 // runs this library's compute 9.0 code, and MSTAR_PDL is not off.
 bool dependentLaunch();
+// Whether the device runs this library's sm_90a code (Hopper's wgmma kernels), and MSTAR_WGMMA
+// is not off.
+bool wgmmaKernels();
 
 [[noreturn]] void throwCuda(cudaError_t e, const char* what);
 inline void check(cudaError_t e, const char* what) {

@@ -32,6 +32,7 @@ std::once_flag gInitOnce;
 cudaStream_t gStream = nullptr;
 int gSmCount = 0;
 bool gDependentLaunch = false;
+bool gWgmma = false;
 
 // An environment switch turned off (0, false, off or no, as the TypeScript side reads them).
 bool envOff(const char* name) {
@@ -44,6 +45,13 @@ bool envOff(const char* name) {
 
 // Which code the device runs for this library's kernels.
 __global__ void probeKernel() {}
+// 1 in code built for sm_90a (whose arch-specific instructions, wgmma, the other code lacks).
+__device__ int gSm90aCode =
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    1;
+#else
+    0;
+#endif
 
 // The stream does not synchronise with the legacy default stream: every copy and kernel
 // of the addon goes through it explicitly. The device's memory pool keeps freed scratch
@@ -60,6 +68,9 @@ void init() {
   cudaFuncAttributes code;
   check(cudaFuncGetAttributes(&code, probeKernel), "cudaFuncGetAttributes");
   gDependentLaunch = code.ptxVersion >= 90 && !envOff("MSTAR_PDL");
+  int sm90a = 0;
+  check(cudaMemcpyFromSymbol(&sm90a, gSm90aCode, sizeof sm90a), "cudaMemcpyFromSymbol");
+  gWgmma = sm90a == 1 && !envOff("MSTAR_WGMMA");
   cudaMemPool_t pool;
   check(cudaDeviceGetDefaultMemPool(&pool, dev), "cudaDeviceGetDefaultMemPool");
   uint64_t keep = UINT64_MAX;
@@ -72,6 +83,11 @@ void init() {
 cudaStream_t stream() {
   std::call_once(gInitOnce, init);  // a throw leaves it to be tried again
   return gStream;
+}
+
+bool wgmmaKernels() {
+  stream();
+  return gWgmma;
 }
 
 int smCount() {

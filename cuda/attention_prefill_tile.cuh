@@ -1,0 +1,72 @@
+// What both tensor-core prefill kernels share (attention_prefill.cu on mma.sync,
+// attention_prefill_sm90.cu on wgmma): a block's tile of 64 query tokens of one sequence and
+// one q head, the cache rows of a tile of 64 keys, and P's split into two bf16 parts.
+#pragma once
+#include "attention_prefill.cuh"
+
+namespace mstar::gpu::prefill {
+
+constexpr int kRows = 64;     // query tokens per block
+constexpr int kKeys = 64;     // keys per tile
+constexpr int kThreads = 128;  // 4 warps of 16 rows (on sm_90a, one warpgroup)
+
+struct PrefillArgs {
+  bf16* out;
+  const bf16* qkv;
+  const bf16* k;
+  const bf16* v;
+  const int32_t* tables;
+  const int32_t* queryStarts;
+  const int32_t* contextLens;
+  int numSeqs;
+  int64_t maxBlocks, numBlocks;
+  int blockSize;
+  int blockShift;  // log2(blockSize) where it is a power of two, else -1
+  int numHeads, numKvHeads;
+  int64_t rowWidth;
+  float scaleLog2;  // the softmax scale times log2(e): exp2 of scaled scores is e^(scale · q·k)
+};
+
+__device__ __forceinline__ uint32_t pack(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// (x, y) as two bf16 pairs: hi rounded, lo the rest rounded (hi + lo within 2^-16 of x, y).
+__device__ __forceinline__ void split(float x, float y, uint32_t& hi, uint32_t& lo) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+  hi = *reinterpret_cast<const uint32_t*>(&h);
+  lo = pack(x - __low2float(h), y - __high2float(h));
+}
+
+// The block's (sequence, first query token), or false past the last tile. The grid's rows
+// (blockIdx.y) count the step's tiles sequence by sequence from the last: a sequence's
+// later tiles see more keys, so the longest blocks start first and the short ones fill
+// the last wave (in tile order, the last wave was a few long blocks running alone). The
+// grid has enough rows for any split of the tokens into numSeqs sequences.
+__device__ __forceinline__ bool tileOf(const PrefillArgs& p, int& seq, int64_t& q0) {
+  int64_t b = int64_t(gridDim.y) - 1 - blockIdx.y;
+  for (int s = 0; s < p.numSeqs; ++s) {
+    const int64_t n = p.queryStarts[s + 1] - p.queryStarts[s], tiles = (n + kRows - 1) / kRows;
+    if (b < tiles) {
+      seq = s;
+      q0 = p.queryStarts[s] + b * kRows;
+      return true;
+    }
+    b -= tiles;
+  }
+  return false;
+}
+
+// Where the tile's keys sit in the cache, a row each: the cache row, or -1 (past the keys
+// the tile may see, or a table entry outside the cache). One thread a key, a tile ahead of
+// the loads that read it (16 loader threads share a key: each found it on its own before).
+__device__ __forceinline__ int32_t cacheRowOf(const PrefillArgs& p, const int32_t* table, int key, int keyEnd) {
+  return key < keyEnd ? cacheRow(table, key, p.blockSize, p.blockShift, p.numBlocks) : -1;
+}
+
+// Launches the block tiles of `grid` on prefillSm90Kernel (attention_prefill_sm90.cu) where the
+// device runs this library's sm_90a code (wgmmaKernels()); false, launching nothing, elsewhere.
+bool onWgmma(int headDim, dim3 grid, const PrefillArgs& a);
+
+}  // namespace mstar::gpu::prefill
