@@ -42,7 +42,7 @@ __global__ __launch_bounds__(kThreads, 2) void prefillKernel(PrefillArgs p) {
   Tiles<HD>& tiles = *reinterpret_cast<Tiles<HD>*>(smem);
   int seq;
   int64_t q0;
-  if (!tileOf(p, seq, q0)) return;
+  if (!tileOf(p, kRows, seq, q0)) return;
   const int h = blockIdx.x, kvh = h / (p.numHeads / p.numKvHeads);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, quad = lane / 4, pair = (lane % 4) * 2;
   const int64_t qEnd = p.queryStarts[seq + 1];
@@ -264,8 +264,8 @@ void prefillAttention(void* out, const void* qkv, KvCache c, const int32_t* bloc
                 scale * kLog2e};
   // A row of the grid is a tile of every head (blocks sharing a KV head side by side), and
   // there are enough rows for any split of the tokens over the sequences; the extra exit.
-  const dim3 grid{unsigned(l.numHeads), unsigned((numTokens + kRows - 1) / kRows + numSeqs)};
-  if (onWgmma(l.headDim, grid, a)) return;
+  if (onWgmma(l.headDim, numTokens, a)) return;
+  const dim3 grid{unsigned(l.numHeads), gridRows(numTokens, numSeqs, kRows)};
   if (l.headDim == 64) launchPrefill<64>(grid, a);
   else launchPrefill<128>(grid, a);
 }

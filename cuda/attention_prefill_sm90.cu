@@ -1,11 +1,14 @@
 // Prefill attention on Hopper's warpgroup MMA (wgmma, sm_90a): the same contract, tiles and
-// arithmetic as prefillKernel (attention_prefill.cu), whose mma.sync reached ~190 TFLOP/s
-// on an H200. A block is one warpgroup: 64 query tokens of one sequence and one q head, 16
-// rows a warp. Per tile of 64 keys: S = Q·Kᵀ as 8 (head dim 128) or 4 MMAs of 64 x 64 x 16, Q
-// from registers and K from shared memory; the online softmax in registers as before; then
-// O += P·V as 2 MMAs of 64 x head dim x 16 per 16 keys (P's two bf16 parts), V from shared
-// memory read N-major. K and V tiles come from the paged cache by cp.async into the 128-byte
-// swizzle the MMAs read (wgmma.cuh), two buffers: the next tile loads while this one is used.
+// arithmetic as prefillKernel (attention_prefill.cu), whose mma.sync reached ~160 TFLOP/s
+// on an H200 (2048 tokens, 32/8 heads). A block is two warpgroups, 128 query tokens of one
+// sequence and one q head: 64 a warpgroup, 16 a warp. Each tile of 64 keys serves both
+// warpgroups (one warpgroup a block, 64 rows, read twice as much of L2 for each product and
+// reached ~190). Per tile, a warpgroup computes S = Q·Kᵀ as 8 (head dim 128) or 4 MMAs of
+// 64 x 64 x 16, Q from registers and K from shared memory; the online softmax in registers as
+// before; then O += P·V as 2 MMAs of 64 x head dim x 16 per 16 keys (P's two bf16 parts), V
+// from shared memory read N-major, left running until the next tile's barrier. K and V
+// tiles come from the paged cache by cp.async into the 128-byte swizzle the MMAs read
+// (wgmma.cuh), two buffers: the next tile loads while this one is used.
 #include "attention_prefill_tile.cuh"
 #include "cp_async.cuh"
 #include "wgmma.cuh"
@@ -16,6 +19,10 @@ namespace {
 using namespace prefill;
 
 constexpr int kRegion = kKeys * 128;  // bytes of one 64-dim block of a tile: 64 keys of 128 bytes
+constexpr int kGroups = 2;            // warpgroups a block, each kRows query tokens
+constexpr int kBlockThreads = kGroups * kThreads;
+
+constexpr int kStages = 3;           // tile buffers (below)
 
 template <int HD>
 struct SwizzledTiles {
@@ -23,9 +30,9 @@ struct SwizzledTiles {
   // Where (key r, 16-byte chunk c of its head) sits in a tile: 64-dim blocks one after the
   // other, each row of one swizzled by the row's place in its 8-row atom.
   __device__ static int at(int r, int c) { return (c >> 3) * kRegion + r * 128 + (((c & 7) ^ (r & 7)) << 4); }
-  uint8_t k[2][kBytes];                              // two tiles: the next loads while this one is used
-  uint8_t v[2][kBytes];
-  int32_t rows[2][kKeys];                            // each tile's cacheRowOf
+  uint8_t k[kStages][kBytes];
+  uint8_t v[kStages][kBytes];
+  int32_t rows[kStages][kKeys];  // each tile's cacheRowOf
 };
 
 // Shared memory a block asks for: the tiles, and room to start them at a 1024-byte boundary
@@ -42,9 +49,9 @@ __device__ __forceinline__ void addPV(float (&o)[HD / 8][4], const uint32_t (&p)
   else wgmma64x64<1>(reinterpret_cast<float(&)[32]>(o), p, v, true);
 }
 
-// Two blocks an SM (the tiles take 66 KB of shared memory for head dim 128).
+// One block an SM (195 registers a thread for head dim 128).
 template <int HD>
-__global__ __launch_bounds__(kThreads, 2) void prefillSm90Kernel(PrefillArgs p) {
+__global__ __launch_bounds__(kBlockThreads, 1) void prefillSm90Kernel(PrefillArgs p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   awaitPrior();
   constexpr int kSteps = HD / 16;  // k-steps of Q·Kᵀ
@@ -53,16 +60,23 @@ __global__ __launch_bounds__(kThreads, 2) void prefillSm90Kernel(PrefillArgs p) 
       smemRaw + ((1024 - unsigned(__cvta_generic_to_shared(smemRaw)) % 1024) % 1024));
   int seq;
   int64_t q0;
-  if (!tileOf(p, seq, q0)) return;
+  if (!tileOf(p, kGroups * kRows, seq, q0)) return;
   const int h = blockIdx.x, kvh = h / (p.numHeads / p.numKvHeads);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, quad = lane / 4, pair = (lane % 4) * 2;
+  const int group = threadIdx.x / kThreads, warp = threadIdx.x % kThreads / 32;
+  const int lane = threadIdx.x % 32, quad = lane / 4, pair = (lane % 4) * 2;
   const int64_t qEnd = p.queryStarts[seq + 1];
   const int64_t ctx = p.contextLens[seq];
+  const int64_t maxKeys = p.maxBlocks * p.blockSize;
   // Query token t sits at position ctx - (qEnd - t): the fresh tokens are the context's last.
-  const int firstPos = int(ctx - (qEnd - q0));
-  const int rows = int(min(int64_t(kRows), qEnd - q0));
-  const int keyEnd = int(min(int64_t(firstPos) + rows, p.maxBlocks * p.blockSize));  // keys any row sees
-  const int numTiles = (keyEnd + kKeys - 1) / kKeys;
+  // The block loads the keys its last row sees; a warpgroup computes on those its own rows see.
+  const int blockPos = int(ctx - (qEnd - q0));
+  const int blockRows = int(min(int64_t(kGroups * kRows), qEnd - q0));
+  const int loadEnd = int(min(int64_t(blockPos) + blockRows, maxKeys));
+  const int numTiles = (loadEnd + kKeys - 1) / kKeys;
+  const int firstPos = blockPos + group * kRows;
+  const int rows = max(0, min(kRows, blockRows - group * kRows));
+  const int keyEnd = int(min(int64_t(firstPos) + rows, maxKeys));  // keys this warpgroup's rows see
+  q0 += group * kRows;
 
   // This lane's rows of the warpgroup's 64: r0 and r0 + 8 (as the fragments hold them).
   const int r0 = warp * 16 + quad;
@@ -87,13 +101,21 @@ __global__ __launch_bounds__(kThreads, 2) void prefillSm90Kernel(PrefillArgs p) 
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0, l1 = 0;
   const int32_t* table = p.tables + int64_t(seq) * p.maxBlocks;
   const int64_t kvWidth = int64_t(p.numKvHeads) * HD;
+  // The tiles this warpgroup computes: those before its last row's keys (none without rows).
+  const int ownTiles = rows > 0 ? (keyEnd + kKeys - 1) / kKeys : 0;
 
   // A thread loads the same 16-byte chunk of rows row0, row0 + kRowStep, ... of each tile.
-  constexpr int kLanesPerRow = HD / 8, kRowStep = kThreads / kLanesPerRow;
+  constexpr int kLanesPerRow = HD / 8, kRowStep = kBlockThreads / kLanesPerRow;
   const int row0 = threadIdx.x / kLanesPerRow, chunk = threadIdx.x % kLanesPerRow;
   const bf16* kHead = p.k + int64_t(kvh) * HD + chunk * 8;
   const bf16* vHead = p.v + int64_t(kvh) * HD + chunk * 8;
-  auto load = [&](int buf) {
+  auto findRows = [&](int tile) {
+    if (tile < numTiles && threadIdx.x < kKeys)
+      tiles.rows[tile % kStages][threadIdx.x] = cacheRowOf(p, table, tile * kKeys + threadIdx.x, loadEnd);
+  };
+  auto load = [&](int tile) {
+    if (tile >= numTiles) return;
+    const int buf = tile % kStages;
 #pragma unroll
     for (int row = row0; row < kKeys; row += kRowStep) {
       const int32_t at = tiles.rows[buf][row];
@@ -103,35 +125,32 @@ __global__ __launch_bounds__(kThreads, 2) void prefillSm90Kernel(PrefillArgs p) 
     }
     commitCopies();
   };
-  if (threadIdx.x < kKeys) tiles.rows[0][threadIdx.x] = cacheRowOf(p, table, threadIdx.x, keyEnd);
-  __syncthreads();
-  if (numTiles > 0) load(0);
-
-  for (int tile = 0; tile < numTiles; ++tile) {
-    const int buf = tile & 1;
-    const int n0 = tile * kKeys;
-    // As prefillKernel: the next tile's cache rows, then, once this tile has landed (and is
-    // visible to the MMAs), its loads into the other buffer, whose MMAs all ended a tile ago.
-    const bool more = tile + 1 < numTiles;
-    if (more && threadIdx.x < kKeys)
-      tiles.rows[buf ^ 1][threadIdx.x] = cacheRowOf(p, table, n0 + kKeys + threadIdx.x, keyEnd);
+  // Once every thread's copies have landed: visible to the MMAs, and to every thread.
+  auto landed = [&] {
     awaitCopies<0>();
     proxyFence();
     __syncthreads();
-    if (more) load(buf ^ 1);
+  };
 
-    // S = Q·Kᵀ: K's tile is a K-major B (a key's dims contiguous), a k-step 32 bytes along
-    // its rows, the second 64 dims a block further.
-    float s[kKeys / 8][4];
-    float(&sFlat)[32] = reinterpret_cast<float(&)[32]>(s);
-    wgmmaFence();
+  // S = Q·Kᵀ for tile `tile` into s, issued: K's tile is a K-major B (a key's dims
+  // contiguous), a k-step 32 bytes along its rows, the second 64 dims a block further.
+  float s[kKeys / 8][4];
+  float(&sFlat)[32] = reinterpret_cast<float(&)[32]>(s);
+  auto issueS = [&](int tile) {
+    const uint8_t* k = tiles.k[tile % kStages];
 #pragma unroll
     for (int ks = 0; ks < kSteps; ++ks)
-      wgmma64x64<0>(sFlat, qa[ks], swizzledDesc(tiles.k[buf] + (ks / 4) * kRegion + (ks % 4) * 32, 16, 1024), ks > 0);
+      wgmma64x64<0>(sFlat, qa[ks], swizzledDesc(k + (ks / 4) * kRegion + (ks % 4) * 32, 16, 1024), ks > 0);
     wgmmaCommit();
-    wgmmaWait<0>();
-    holdRegisters(sFlat);
-
+  };
+  // The online softmax of tile `tile`'s scores, once they are in s: masked, the new row maxima,
+  // the weights (2^(s · scale log2 e - base), base the row's max in those units; a row that has
+  // seen no key keeps max -inf and base 0) in place of the scores, added to the row sums,
+  // which are first rescaled as O must be before this tile's P·V (keep, where grew).
+  float keep0 = 1, keep1 = 1;
+  bool grew = false;
+  auto softmax = [&](int tile) {
+    const int n0 = tile * kKeys;
     if (n0 + kKeys - 1 > firstPos || n0 + kKeys > keyEnd) {
 #pragma unroll
       for (int nt = 0; nt < kKeys / 8; ++nt)
@@ -152,10 +171,60 @@ __global__ __launch_bounds__(kThreads, 2) void prefillSm90Kernel(PrefillArgs p) 
     t1 = fmaxf(t1, __shfl_xor_sync(0xffffffffu, t1, 1));
     t1 = fmaxf(t1, __shfl_xor_sync(0xffffffffu, t1, 2));
     const float base0 = t0 == -INFINITY ? 0 : t0 * p.scaleLog2, base1 = t1 == -INFINITY ? 0 : t1 * p.scaleLog2;
-    if (t0 > m0 || t1 > m1) {
-      const float keep0 = exp2Approx(fmaf(m0, p.scaleLog2, -base0)), keep1 = exp2Approx(fmaf(m1, p.scaleLog2, -base1));
+    grew = t0 > m0 || t1 > m1;
+    if (grew) {
+      keep0 = exp2Approx(fmaf(m0, p.scaleLog2, -base0));
+      keep1 = exp2Approx(fmaf(m1, p.scaleLog2, -base1));
       l0 *= keep0;
       l1 *= keep1;
+    }
+    m0 = t0;
+    m1 = t1;
+#pragma unroll
+    for (int nt = 0; nt < kKeys / 8; ++nt) {
+      s[nt][0] = exp2Approx(fmaf(s[nt][0], p.scaleLog2, -base0));
+      s[nt][1] = exp2Approx(fmaf(s[nt][1], p.scaleLog2, -base0));
+      s[nt][2] = exp2Approx(fmaf(s[nt][2], p.scaleLog2, -base1));
+      s[nt][3] = exp2Approx(fmaf(s[nt][3], p.scaleLog2, -base1));
+      l0 += s[nt][0] + s[nt][1];
+      l1 += s[nt][2] + s[nt][3];
+    }
+  };
+
+  // Tiles pass through kStages buffers: tile t + 1 loads while tile t's P·V and tile t + 1's
+  // Q·Kᵀ run, so that the softmax of t + 1 overlaps t's P·V (the MMAs are asynchronous); the
+  // buffer a load fills held tile t - 1, whose MMAs ended before the barrier before it.
+  findRows(0);
+  findRows(1);
+  __syncthreads();
+  load(0);
+  load(1);
+  findRows(2);
+  landed();
+  // (MMAs under a branch that ptxas cannot prove uniform over the warpgroup are serialized:
+  // the first and the last scores are computed whether used or not.)
+  wgmmaFence();
+  issueS(0);
+  wgmmaWait<0>();
+  holdRegisters(sFlat);
+  softmax(0);
+  for (int tile = 0; tile < numTiles; ++tile) {
+    if (tile > 0) landed();  // tile + 1 is in; every warpgroup is done with tile - 1
+    load(tile + 2);
+    findRows(tile + 3);  // (its rows' buffer held tile's, loaded a tile ago)
+    if (tile >= ownTiles) continue;  // past this warpgroup's keys (the same for all its threads)
+    // P's A fragments, 16 keys a k-step, in two bf16 parts (prefillKernel says why); O takes
+    // the tile's rescale; then tile + 1's scores and this tile's P·V start.
+    uint32_t hi[kKeys / 16][4], lo[kKeys / 16][4];
+#pragma unroll
+    for (int st = 0; st < kKeys / 16; ++st)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const float(&x)[4] = s[st * 2 + half];
+        split(x[0], x[1], hi[st][half * 2], lo[st][half * 2]);
+        split(x[2], x[3], hi[st][half * 2 + 1], lo[st][half * 2 + 1]);
+      }
+    if (grew) {
 #pragma unroll
       for (int dt = 0; dt < HD / 8; ++dt) {
         o[dt][0] *= keep0;
@@ -164,35 +233,23 @@ __global__ __launch_bounds__(kThreads, 2) void prefillSm90Kernel(PrefillArgs p) 
         o[dt][3] *= keep1;
       }
     }
-    m0 = t0;
-    m1 = t1;
-    // P's A fragments, 16 keys a k-step, in two bf16 parts (prefillKernel says why).
-    uint32_t hi[kKeys / 16][4], lo[kKeys / 16][4];
-#pragma unroll
-    for (int st = 0; st < kKeys / 16; ++st)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const float(&x)[4] = s[st * 2 + half];
-        const float e0 = exp2Approx(fmaf(x[0], p.scaleLog2, -base0)), e1 = exp2Approx(fmaf(x[1], p.scaleLog2, -base0));
-        const float e2 = exp2Approx(fmaf(x[2], p.scaleLog2, -base1)), e3 = exp2Approx(fmaf(x[3], p.scaleLog2, -base1));
-        l0 += e0 + e1;
-        l1 += e2 + e3;
-        split(e0, e1, hi[st][half * 2], lo[st][half * 2]);
-        split(e2, e3, hi[st][half * 2 + 1], lo[st][half * 2 + 1]);
-      }
-
-    // O += P·V: V's tile is an N-major B (a key's dims contiguous), a k-step 16 keys down.
     holdRegisters(reinterpret_cast<float(&)[HD / 2]>(o));
     holdRegisters(reinterpret_cast<uint32_t(&)[kKeys / 4]>(hi));
     holdRegisters(reinterpret_cast<uint32_t(&)[kKeys / 4]>(lo));
     wgmmaFence();
+    issueS(tile + 1);  // past the last tile: a stale buffer, scores unused
+    // O += P·V: V's tile is an N-major B (a key's dims contiguous), a k-step 16 keys down.
+    const uint8_t* vTile = tiles.v[tile % kStages];
 #pragma unroll
     for (int st = 0; st < kKeys / 16; ++st) {
-      const uint64_t v = swizzledDesc(tiles.v[buf] + st * 16 * 128, kRegion, 1024);
+      const uint64_t v = swizzledDesc(vTile + st * 16 * 128, kRegion, 1024);
       addPV<HD>(o, hi[st], v);
       addPV<HD>(o, lo[st], v);
     }
     wgmmaCommit();
+    wgmmaWait<1>();  // the scores (committed first); P·V still runs
+    holdRegisters(sFlat);
+    if (tile + 1 < ownTiles) softmax(tile + 1);
     wgmmaWait<0>();
     holdRegisters(reinterpret_cast<float(&)[HD / 2]>(o));
   }
@@ -220,13 +277,15 @@ void launchSm90(dim3 grid, const PrefillArgs& a) {
     return true;
   }();
   (void)allowed;
-  launch("pagedAttention sm_90a prefill kernel", prefillSm90Kernel<HD>, grid, kThreads, sharedBytes<HD>(), a);
+  launch("pagedAttention sm_90a prefill kernel", prefillSm90Kernel<HD>, grid, kBlockThreads, sharedBytes<HD>(), a);
 }
 
 }  // namespace
 
-bool prefill::onWgmma(int headDim, dim3 grid, const PrefillArgs& a) {
+bool prefill::onWgmma(int headDim, int64_t numTokens, const PrefillArgs& a) {
   if (!wgmmaKernels()) return false;
+  // As prefillKernel's grid, in tiles of the block's rows.
+  const dim3 grid{unsigned(a.numHeads), gridRows(numTokens, a.numSeqs, kGroups * kRows)};
   if (headDim == 64) launchSm90<64>(grid, a);
   else launchSm90<128>(grid, a);
   return true;

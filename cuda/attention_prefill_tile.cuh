@@ -39,23 +39,29 @@ __device__ __forceinline__ void split(float x, float y, uint32_t& hi, uint32_t& 
   lo = pack(x - __low2float(h), y - __high2float(h));
 }
 
-// The block's (sequence, first query token), or false past the last tile. The grid's rows
-// (blockIdx.y) count the step's tiles sequence by sequence from the last: a sequence's
-// later tiles see more keys, so the longest blocks start first and the short ones fill
-// the last wave (in tile order, the last wave was a few long blocks running alone). The
-// grid has enough rows for any split of the tokens into numSeqs sequences.
-__device__ __forceinline__ bool tileOf(const PrefillArgs& p, int& seq, int64_t& q0) {
+// The block's (sequence, first query token) for blocks of tileRows query tokens, or false
+// past the last tile. The grid's rows (blockIdx.y) count the step's tiles sequence by
+// sequence from the last: a sequence's later tiles see more keys, so the longest blocks
+// start first and the short ones fill the last wave (in tile order, the last wave was a
+// few long blocks running alone). The grid has enough rows for any split of the tokens
+// into numSeqs sequences (gridRows).
+__device__ __forceinline__ bool tileOf(const PrefillArgs& p, int tileRows, int& seq, int64_t& q0) {
   int64_t b = int64_t(gridDim.y) - 1 - blockIdx.y;
   for (int s = 0; s < p.numSeqs; ++s) {
-    const int64_t n = p.queryStarts[s + 1] - p.queryStarts[s], tiles = (n + kRows - 1) / kRows;
+    const int64_t n = p.queryStarts[s + 1] - p.queryStarts[s], tiles = (n + tileRows - 1) / tileRows;
     if (b < tiles) {
       seq = s;
-      q0 = p.queryStarts[s] + b * kRows;
+      q0 = p.queryStarts[s] + b * tileRows;
       return true;
     }
     b -= tiles;
   }
   return false;
+}
+
+// Grid rows for tiles of tileRows query tokens, whatever the split of the tokens over the sequences.
+inline unsigned gridRows(int64_t numTokens, int64_t numSeqs, int tileRows) {
+  return unsigned((numTokens + tileRows - 1) / tileRows + numSeqs);
 }
 
 // Where the tile's keys sit in the cache, a row each: the cache row, or -1 (past the keys
@@ -65,8 +71,8 @@ __device__ __forceinline__ int32_t cacheRowOf(const PrefillArgs& p, const int32_
   return key < keyEnd ? cacheRow(table, key, p.blockSize, p.blockShift, p.numBlocks) : -1;
 }
 
-// Launches the block tiles of `grid` on prefillSm90Kernel (attention_prefill_sm90.cu) where the
-// device runs this library's sm_90a code (wgmmaKernels()); false, launching nothing, elsewhere.
-bool onWgmma(int headDim, dim3 grid, const PrefillArgs& a);
+// Launches the step on prefillSm90Kernel (attention_prefill_sm90.cu) where the device runs
+// this library's sm_90a code (wgmmaKernels()); false, launching nothing, elsewhere.
+bool onWgmma(int headDim, int64_t numTokens, const PrefillArgs& a);
 
 }  // namespace mstar::gpu::prefill
