@@ -13,7 +13,7 @@
 # meets a GPU that has drifted; ROUNDS=1 halves the time).
 #
 # Needs node on PATH, the checkout's node_modules and dist/, and the addon (build/ or
-# MSTAR_PREBUILD). Writes OUT_DIR/{gpu_tests.log, bench.json, bench.svg, bench.log, prefill_step.txt, kernels.csv}.
+# MSTAR_PREBUILD). Writes OUT_DIR/{gpu_tests.log, gpu_tests_mma_sync.log, bench.json, bench.svg, bench.log, prefill_step.txt, kernels.csv}.
 set -uo pipefail
 out=${1:?usage: gpu_session.sh OUT_DIR [preset]}
 preset=${2:-qwen3-0.6b}
@@ -27,6 +27,11 @@ if [ "${TESTS:-1}" = 1 ]; then
     --reporter=verbose >"$out/gpu_tests.log" 2>&1
   echo "gpu tests: exit $? (124: stopped after ${TESTS_TIMEOUT:-300} s; the log's last lines say where)"
   grep -E "Test Files|Tests |FAIL|✗|×" "$out/gpu_tests.log" | head -40
+  # Prefill attention again on the sm_80 tensor-core kernel, which a Hopper GPU skips for wgmma.
+  MSTAR_WGMMA=0 timeout 120 node node_modules/vitest/vitest.mjs run --config vitest.gpu.config.ts test/gpu/attention.test.ts \
+    >"$out/gpu_tests_mma_sync.log" 2>&1
+  echo "attention tests on mma.sync (MSTAR_WGMMA=0): exit $?"
+  grep -E "Tests |FAIL" "$out/gpu_tests_mma_sync.log" | head -10
   sed -n '/linear n=1 /,/sample 64/p' "$out/gpu_tests.log" | head -40
 fi
 

@@ -12,6 +12,8 @@
 // and adds P·V to its f32 output, P split in two bf16 parts.
 // Causality: the query at position p sees keys 0..p; the tiles after the block's last
 // query are never loaded.
+// On a device that runs this library's sm_90a code, prefillAttention hands the step to the
+// wgmma kernel of attention_prefill_sm90.cu instead (the same arithmetic).
 #include "attention_prefill.cuh"
 #include "attention_prefill_tile.cuh"
 #include "cp_async.cuh"

@@ -1,14 +1,20 @@
-// Prefill attention on Hopper's warpgroup MMA (wgmma, sm_90a): the same contract, tiles and
-// arithmetic as prefillKernel (attention_prefill.cu), whose mma.sync reached ~160 TFLOP/s
-// on an H200 (2048 tokens, 32/8 heads). A block is two warpgroups, 128 query tokens of one
-// sequence and one q head: 64 a warpgroup, 16 a warp. Each tile of 64 keys serves both
-// warpgroups (one warpgroup a block, 64 rows, read twice as much of L2 for each product and
-// reached ~190). Per tile, a warpgroup computes S = Q·Kᵀ as 8 (head dim 128) or 4 MMAs of
-// 64 x 64 x 16, Q from registers and K from shared memory; the online softmax in registers as
-// before; then O += P·V as 2 MMAs of 64 x head dim x 16 per 16 keys (P's two bf16 parts), V
-// from shared memory read N-major, left running until the next tile's barrier. K and V
-// tiles come from the paged cache by cp.async into the 128-byte swizzle the MMAs read
-// (wgmma.cuh), two buffers: the next tile loads while this one is used.
+// Prefill attention on Hopper's warpgroup MMA (wgmma, sm_90a): the same contract and
+// arithmetic as prefillKernel (attention_prefill.cu), whose mma.sync reached ~200 TFLOP/s on
+// an H200 (4096 tokens, 32/8 heads; this kernel ~260).
+//
+// A block is two warpgroups, 128 query tokens of one sequence and one q head: 64 a
+// warpgroup, 16 a warp. Each tile of 64 keys serves both warpgroups. Per tile, a warpgroup
+// computes S = Q·Kᵀ as 8 (head dim 128) or 4 MMAs of 64 x 64 x 16, Q from registers and K from
+// shared memory; the online softmax in registers as before; then O += P·V as 2 MMAs of
+// 64 x head dim x 16 per 16 keys (P's two bf16 parts), V from shared memory read N-major.
+// The next tile's Q·Kᵀ starts with this tile's P·V, so that its softmax runs while P·V does.
+// K and V come from the paged cache by cp.async into the 128-byte swizzle the MMAs read
+// (wgmma.cuh), through three buffers.
+//
+// Measured against simpler versions (H200, 4096 tokens, 32/8 heads): one warpgroup a block,
+// two blocks an SM, waiting for each MMA group: ~253 TFLOP/s; two warpgroups a block: ~253;
+// with the softmax overlapped: ~260, and ~243 with one warpgroup a block. Nsight Compute on
+// the second: the tensor pipe busy 41% of the time, 0.49 of 2 warps a scheduler eligible.
 #include "attention_prefill_tile.cuh"
 #include "cp_async.cuh"
 #include "wgmma.cuh"
@@ -22,7 +28,7 @@ constexpr int kRegion = kKeys * 128;  // bytes of one 64-dim block of a tile: 64
 constexpr int kGroups = 2;            // warpgroups a block, each kRows query tokens
 constexpr int kBlockThreads = kGroups * kThreads;
 
-constexpr int kStages = 3;           // tile buffers (below)
+constexpr int kStages = 3;            // tile buffers (the loop says why)
 
 template <int HD>
 struct SwizzledTiles {
@@ -49,7 +55,7 @@ __device__ __forceinline__ void addPV(float (&o)[HD / 8][4], const uint32_t (&p)
   else wgmma64x64<1>(reinterpret_cast<float(&)[32]>(o), p, v, true);
 }
 
-// One block an SM (195 registers a thread for head dim 128).
+// One block an SM (206 registers a thread for head dim 128).
 template <int HD>
 __global__ __launch_bounds__(kBlockThreads, 1) void prefillSm90Kernel(PrefillArgs p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -3,7 +3,8 @@
 // group sizes 1 to 8, head dims from 8 to 256, f32 or bf16 activations and caches, and
 // contexts long enough that decode splits the keys across blocks. Head dims 64, 128 and 256
 // take the streaming kernel (f32 caches of 256 excepted), the others the general one; bf16
-// steps with prefill tokens and head dim 64 or 128 the tensor-core kernel.
+// steps with prefill tokens and head dim 64 or 128 the tensor-core kernel (wgmma on a Hopper
+// GPU; bench/gpu_session.sh runs this file again with MSTAR_WGMMA=0 for the mma.sync one).
 import { describe, expect, it } from 'vitest';
 
 import { ACTS, addon, describeGpu, expectClose, expectSame, floats, i32, onCpu, onCuda, Rng, rounded, tol, type Act } from './helpers.js';
