@@ -61,19 +61,8 @@ __global__ __launch_bounds__(kThreads, 2) void prefillKernel(PrefillArgs p) {
   const int pos0 = firstPos + r0, pos1 = pos0 + 8;
   const bool live0 = r0 < rows, live1 = r0 + 8 < rows;
 
-  // Q as A fragments, straight from the qkv rows (rows past the tile's tokens are zeros).
   uint32_t qa[kSteps][4];
-  {
-    const bf16* q = p.qkv + (q0 + r0) * p.rowWidth + int64_t(h) * HD + pair;
-#pragma unroll
-    for (int s = 0; s < kSteps; ++s) {
-      const bf16* c = q + s * 16;
-      qa[s][0] = live0 ? *reinterpret_cast<const uint32_t*>(c) : 0;
-      qa[s][1] = live1 ? *reinterpret_cast<const uint32_t*>(c + 8 * p.rowWidth) : 0;
-      qa[s][2] = live0 ? *reinterpret_cast<const uint32_t*>(c + 8) : 0;
-      qa[s][3] = live1 ? *reinterpret_cast<const uint32_t*>(c + 8 * p.rowWidth + 8) : 0;
-    }
-  }
+  loadQ<HD>(p, q0 + r0, h, pair, live0, live1, qa);
 
   float o[HD / 8][4] = {};
   // Running row maxima of the raw scores (q·k), and sums of the weights.
@@ -133,28 +122,8 @@ __global__ __launch_bounds__(kThreads, 2) void prefillKernel(PrefillArgs p) {
         mma(s[nt], qa[st + 1], b[2], b[3]);
       }
     }
-    // Mask (a key after the row's position, or past the keys) unless every row sees every
-    // key of the tile, and the new row maxima.
-    if (n0 + kKeys - 1 > firstPos || n0 + kKeys > keyEnd) {
-#pragma unroll
-      for (int nt = 0; nt < kKeys / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = n0 + nt * 8 + pair + (e & 1);
-          if (!(e < 2 ? live0 : live1) || key > (e < 2 ? pos0 : pos1) || key >= keyEnd) s[nt][e] = -INFINITY;
-        }
-    }
     float t0 = m0, t1 = m1;
-#pragma unroll
-    for (int nt = 0; nt < kKeys / 8; ++nt) {
-      t0 = fmaxf(t0, fmaxf(s[nt][0], s[nt][1]));
-      t1 = fmaxf(t1, fmaxf(s[nt][2], s[nt][3]));
-    }
-    // The 4 lanes of a quad share rows.
-    t0 = fmaxf(t0, __shfl_xor_sync(0xffffffffu, t0, 1));
-    t0 = fmaxf(t0, __shfl_xor_sync(0xffffffffu, t0, 2));
-    t1 = fmaxf(t1, __shfl_xor_sync(0xffffffffu, t1, 1));
-    t1 = fmaxf(t1, __shfl_xor_sync(0xffffffffu, t1, 2));
+    maskedRowMax(s, n0, firstPos, keyEnd, pair, pos0, pos1, live0, live1, t0, t1);
     // Weights are 2^(s · scale log2 e - base), base the row's max in those units; a row
     // that has seen no key yet keeps max -inf and base 0 (its weights are 0). What the
     // row holds is rescaled only when its max grew (after a few tiles, mostly not).

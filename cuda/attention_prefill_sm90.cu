@@ -89,19 +89,8 @@ __global__ __launch_bounds__(kBlockThreads, 1) void prefillSm90Kernel(PrefillArg
   const int pos0 = firstPos + r0, pos1 = pos0 + 8;
   const bool live0 = r0 < rows, live1 = r0 + 8 < rows;
 
-  // Q as A fragments, straight from the qkv rows (rows past the tile's tokens are zeros).
   uint32_t qa[kSteps][4];
-  {
-    const bf16* q = p.qkv + (q0 + r0) * p.rowWidth + int64_t(h) * HD + pair;
-#pragma unroll
-    for (int s = 0; s < kSteps; ++s) {
-      const bf16* c = q + s * 16;
-      qa[s][0] = live0 ? *reinterpret_cast<const uint32_t*>(c) : 0;
-      qa[s][1] = live1 ? *reinterpret_cast<const uint32_t*>(c + 8 * p.rowWidth) : 0;
-      qa[s][2] = live0 ? *reinterpret_cast<const uint32_t*>(c + 8) : 0;
-      qa[s][3] = live1 ? *reinterpret_cast<const uint32_t*>(c + 8 * p.rowWidth + 8) : 0;
-    }
-  }
+  loadQ<HD>(p, q0 + r0, h, pair, live0, live1, qa);
 
   float o[HD / 8][4] = {};
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0, l1 = 0;
@@ -156,26 +145,8 @@ __global__ __launch_bounds__(kBlockThreads, 1) void prefillSm90Kernel(PrefillArg
   float keep0 = 1, keep1 = 1;
   bool grew = false;
   auto softmax = [&](int tile) {
-    const int n0 = tile * kKeys;
-    if (n0 + kKeys - 1 > firstPos || n0 + kKeys > keyEnd) {
-#pragma unroll
-      for (int nt = 0; nt < kKeys / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = n0 + nt * 8 + pair + (e & 1);
-          if (!(e < 2 ? live0 : live1) || key > (e < 2 ? pos0 : pos1) || key >= keyEnd) s[nt][e] = -INFINITY;
-        }
-    }
     float t0 = m0, t1 = m1;
-#pragma unroll
-    for (int nt = 0; nt < kKeys / 8; ++nt) {
-      t0 = fmaxf(t0, fmaxf(s[nt][0], s[nt][1]));
-      t1 = fmaxf(t1, fmaxf(s[nt][2], s[nt][3]));
-    }
-    t0 = fmaxf(t0, __shfl_xor_sync(0xffffffffu, t0, 1));
-    t0 = fmaxf(t0, __shfl_xor_sync(0xffffffffu, t0, 2));
-    t1 = fmaxf(t1, __shfl_xor_sync(0xffffffffu, t1, 1));
-    t1 = fmaxf(t1, __shfl_xor_sync(0xffffffffu, t1, 2));
+    maskedRowMax(s, tile * kKeys, firstPos, keyEnd, pair, pos0, pos1, live0, live1, t0, t1);
     const float base0 = t0 == -INFINITY ? 0 : t0 * p.scaleLog2, base1 = t1 == -INFINITY ? 0 : t1 * p.scaleLog2;
     grew = t0 > m0 || t1 > m1;
     if (grew) {

@@ -71,6 +71,49 @@ __device__ __forceinline__ int32_t cacheRowOf(const PrefillArgs& p, const int32_
   return key < keyEnd ? cacheRow(table, key, p.blockSize, p.blockShift, p.numBlocks) : -1;
 }
 
+// This lane's query rows, row and row + 8 (as the fragments hold them; row counts from the
+// step's first token), as A fragments, one per 16 dims, straight from the qkv rows (rows past
+// the tile's tokens are zeros).
+template <int HD>
+__device__ __forceinline__ void loadQ(const PrefillArgs& p, int64_t row, int h, int pair, bool live0, bool live1,
+                                      uint32_t (&qa)[HD / 16][4]) {
+  const bf16* q = p.qkv + row * p.rowWidth + int64_t(h) * HD + pair;
+#pragma unroll
+  for (int s = 0; s < HD / 16; ++s) {
+    const bf16* c = q + s * 16;
+    qa[s][0] = live0 ? *reinterpret_cast<const uint32_t*>(c) : 0;
+    qa[s][1] = live1 ? *reinterpret_cast<const uint32_t*>(c + 8 * p.rowWidth) : 0;
+    qa[s][2] = live0 ? *reinterpret_cast<const uint32_t*>(c + 8) : 0;
+    qa[s][3] = live1 ? *reinterpret_cast<const uint32_t*>(c + 8 * p.rowWidth + 8) : 0;
+  }
+}
+
+// A tile of scores (keys n0.. as 8-key column tiles, this lane's rows at positions pos0 and
+// pos1): -inf where a row may not see the key (after its position, or from keyEnd on) or the
+// row is past the tile's tokens, unless every row sees every key of the tile; then t0, t1
+// (coming in as the rows' maxima so far) take the tile's (the 4 lanes of a quad share rows).
+__device__ __forceinline__ void maskedRowMax(float (&s)[kKeys / 8][4], int n0, int firstPos, int keyEnd, int pair, int pos0,
+                                             int pos1, bool live0, bool live1, float& t0, float& t1) {
+  if (n0 + kKeys - 1 > firstPos || n0 + kKeys > keyEnd) {
+#pragma unroll
+    for (int nt = 0; nt < kKeys / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = n0 + nt * 8 + pair + (e & 1);
+        if (!(e < 2 ? live0 : live1) || key > (e < 2 ? pos0 : pos1) || key >= keyEnd) s[nt][e] = -INFINITY;
+      }
+  }
+#pragma unroll
+  for (int nt = 0; nt < kKeys / 8; ++nt) {
+    t0 = fmaxf(t0, fmaxf(s[nt][0], s[nt][1]));
+    t1 = fmaxf(t1, fmaxf(s[nt][2], s[nt][3]));
+  }
+  t0 = fmaxf(t0, __shfl_xor_sync(0xffffffffu, t0, 1));
+  t0 = fmaxf(t0, __shfl_xor_sync(0xffffffffu, t0, 2));
+  t1 = fmaxf(t1, __shfl_xor_sync(0xffffffffu, t1, 1));
+  t1 = fmaxf(t1, __shfl_xor_sync(0xffffffffu, t1, 2));
+}
+
 // Launches the step on prefillSm90Kernel (attention_prefill_sm90.cu) where the device runs
 // this library's sm_90a code (wgmmaKernels()); false, launching nothing, elsewhere.
 bool onWgmma(int headDim, int64_t numTokens, const PrefillArgs& a);
