@@ -4,8 +4,9 @@
 //
 //   node bench/attention_prefill.mjs                    # T=4096, H=32 (Qwen3-8B's 32/8 heads)
 //   T=4096 H=16 node bench/attention_prefill.mjs        # Qwen3-0.6B's 16/8 heads
-//   REPS=1 ncu --kernel-name regex:prefillKernel --launch-skip 2 --launch-count 1 \
+//   REPS=1 ncu --kernel-name regex:prefill --launch-skip 2 --launch-count 1 \
 //     --section SpeedOfLight --section InstructionStats node bench/attention_prefill.mjs
+//   MSTAR_WGMMA=0 node bench/attention_prefill.mjs     # on a Hopper GPU: mma.sync, not wgmma
 //
 // Needs dist/ and the addon (as bench/gpu_session.sh). Prints the time, TFLOP/s (causal)
 // and a checksum of the output (a change that should not move the numbers keeps it).
