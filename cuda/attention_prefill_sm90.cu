@@ -168,9 +168,9 @@ __global__ __launch_bounds__(kBlockThreads, 1) void prefillSm90Kernel(PrefillArg
     }
   };
 
-  // Tiles pass through kStages buffers: tile t + 1 loads while tile t's P·V and tile t + 1's
-  // Q·Kᵀ run, so that the softmax of t + 1 overlaps t's P·V (the MMAs are asynchronous); the
-  // buffer a load fills held tile t - 1, whose MMAs ended before the barrier before it.
+  // Tiles pass through kStages buffers: while tile t's P·V and tile t + 1's Q·Kᵀ run (the
+  // softmax of t + 1 overlapping t's P·V: the MMAs are asynchronous), tile t + 2 loads into
+  // the buffer that held tile t - 1, whose MMAs ended before the barrier before the load.
   findRows(0);
   findRows(1);
   __syncthreads();
@@ -188,7 +188,7 @@ __global__ __launch_bounds__(kBlockThreads, 1) void prefillSm90Kernel(PrefillArg
   for (int tile = 0; tile < numTiles; ++tile) {
     if (tile > 0) landed();  // tile + 1 is in; every warpgroup is done with tile - 1
     load(tile + 2);
-    findRows(tile + 3);  // (its rows' buffer held tile's, loaded a tile ago)
+    findRows(tile + 3);  // (into tile's rows, which load(tile) read before the last barrier)
     if (tile >= ownTiles) continue;  // past this warpgroup's keys (the same for all its threads)
     // P's A fragments, 16 keys a k-step, in two bf16 parts (prefillKernel says why); O takes
     // the tile's rescale; then tile + 1's scores and this tile's P·V start.
@@ -214,7 +214,9 @@ __global__ __launch_bounds__(kBlockThreads, 1) void prefillSm90Kernel(PrefillArg
     holdRegisters(reinterpret_cast<uint32_t(&)[kKeys / 4]>(hi));
     holdRegisters(reinterpret_cast<uint32_t(&)[kKeys / 4]>(lo));
     wgmmaFence();
-    issueS(tile + 1);  // past the last tile: a stale buffer, scores unused
+    // Past the last tile this reads a buffer never loaded or holding an older tile (no copy
+    // writes it): s is then never read again.
+    issueS(tile + 1);
     // O += P·V: V's tile is an N-major B (a key's dims contiguous), a k-step 16 keys down.
     const uint8_t* vTile = tiles.v[tile % kStages];
 #pragma unroll

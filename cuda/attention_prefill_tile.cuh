@@ -1,12 +1,13 @@
 // What both tensor-core prefill kernels share (attention_prefill.cu on mma.sync,
-// attention_prefill_sm90.cu on wgmma): a block's tile of 64 query tokens of one sequence and
-// one q head, the cache rows of a tile of 64 keys, and P's split into two bf16 parts.
+// attention_prefill_sm90.cu on wgmma): a block's tile of query tokens of one sequence and one
+// q head, Q's fragments, the cache rows of a tile of 64 keys, the masked row maxima of its
+// scores, and P's split into two bf16 parts.
 #pragma once
 #include "attention_prefill.cuh"
 
 namespace mstar::gpu::prefill {
 
-constexpr int kRows = 64;     // query tokens per block
+constexpr int kRows = 64;     // query tokens a block of prefillKernel, a warpgroup of prefillSm90Kernel
 constexpr int kKeys = 64;     // keys per tile
 constexpr int kThreads = 128;  // 4 warps of 16 rows (on sm_90a, one warpgroup)
 
@@ -66,7 +67,8 @@ inline unsigned gridRows(int64_t numTokens, int64_t numSeqs, int tileRows) {
 
 // Where the tile's keys sit in the cache, a row each: the cache row, or -1 (past the keys
 // the tile may see, or a table entry outside the cache). One thread a key, a tile ahead of
-// the loads that read it (16 loader threads share a key: each found it on its own before).
+// the loads that read it (head dim / 8 loader threads share a key: each found it on its own
+// before).
 __device__ __forceinline__ int32_t cacheRowOf(const PrefillArgs& p, const int32_t* table, int key, int keyEnd) {
   return key < keyEnd ? cacheRow(table, key, p.blockSize, p.blockShift, p.numBlocks) : -1;
 }

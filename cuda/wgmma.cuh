@@ -11,8 +11,8 @@
 // (rows along K, N contiguous: TransB = 1) also the offset between 64-column blocks (LBO).
 //
 // Order: registers an MMA reads or accumulates are written before wgmmaFence(); the MMAs
-// then run until wgmmaWait(), which the accumulators are read after (holdRegisters keeps the
-// compiler from moving their uses across these points). Shared memory written by ordinary
+// then run until wgmmaWait(), which the accumulators are read after and the A fragments kept
+// until (holdRegisters keeps the compiler from moving their uses across these points). Shared memory written by ordinary
 // stores or cp.async is made visible to the MMAs by proxyFence() before the barrier that
 // publishes it.
 #pragma once
