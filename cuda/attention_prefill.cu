@@ -233,9 +233,9 @@ void prefillAttention(void* out, const void* qkv, KvCache c, const int32_t* bloc
                 static_cast<const bf16*>(c.v), blockTables, queryStarts, contextLens, int(numSeqs), maxBlocks,
                 c.numBlocks, int(c.blockSize), blockShift(c.blockSize), l.numHeads, l.numKvHeads, l.stride(),
                 scale * kLog2e};
+  if (onWgmma(l.headDim, numTokens, a)) return;
   // A row of the grid is a tile of every head (blocks sharing a KV head side by side), and
   // there are enough rows for any split of the tokens over the sequences; the extra exit.
-  if (onWgmma(l.headDim, numTokens, a)) return;
   const dim3 grid{unsigned(l.numHeads), gridRows(numTokens, numSeqs, kRows)};
   if (l.headDim == 64) launchPrefill<64>(grid, a);
   else launchPrefill<128>(grid, a);
