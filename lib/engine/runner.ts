@@ -34,6 +34,12 @@ interface Timing {
   ms: number;
 }
 
+/**
+ * Eager steps kept one by one for MSTAR_PROFILE's median: the first one pays for the eager
+ * workspace and the GEMM plans of its shapes, which the mean of a short run carries.
+ */
+const KEPT_EAGER_STEPS = 4096;
+
 export class ModelRunner {
   /** Present when decode steps may replay CUDA graphs. */
   readonly graphs?: GraphRunner;
@@ -45,6 +51,8 @@ export class ModelRunner {
   private eagerWs?: Workspace;
   private eagerWsLora?: SlotWeights;
   private readonly timing = { graph: { steps: 0, ms: 0 } as Timing, eager: { steps: 0, ms: 0 } as Timing };
+  /** Each eager step's host ms (its launch, then its read), the first KEPT_EAGER_STEPS of them. */
+  private readonly eagerMs: number[] = [];
   /** Every step's sampled ids, row i the batch's i-th sampling entry: one row per sequence a step may hold. */
   private readonly ids: Tensor;
   private readonly readback: Readback;
@@ -66,11 +74,14 @@ export class ModelRunner {
   launch(batch: readonly ScheduledSeq[], prev?: Launched): Launched {
     const t0 = this.options.profile ? performance.now() : 0;
     const graph = this.graphs !== undefined && this.graphs.ineligible(batch) === undefined;
-    const launched = graph ? this.graphs!.launch(batch, prev) : this.runEager(batch, prev);
+    const kept = this.options.profile && !graph && this.eagerMs.length < KEPT_EAGER_STEPS ? this.eagerMs.push(0) - 1 : -1;
+    const launched = graph ? this.graphs!.launch(batch, prev) : this.runEager(batch, prev, kept);
     if (this.options.profile) {
       const t = graph ? this.timing.graph : this.timing.eager;
+      const ms = performance.now() - t0;
       t.steps++;
-      t.ms += performance.now() - t0;
+      t.ms += ms;
+      if (kept >= 0) this.eagerMs[kept] += ms;
       if ((this.timing.graph.steps + this.timing.eager.steps) % 1000 === 0) console.error(this.profileLine());
     }
     return launched;
@@ -85,8 +96,10 @@ export class ModelRunner {
     const g = this.graphs?.stats;
     const mean = (t: Timing) => (t.steps ? ((t.ms + (t === this.timing.graph ? g?.waitMs ?? 0 : 0)) / t.steps).toFixed(3) : '-');
     const perReplay = (ms: number) => (g && g.replays ? (ms / g.replays).toFixed(3) : '-');
+    const kept = [...this.eagerMs].sort((a, b) => a - b);
+    const eagerMedian = kept.length ? `, p50 ${kept[kept.length >> 1].toFixed(3)}, first ${this.eagerMs[0].toFixed(3)}` : '';
     return `mstar profile: ${this.timing.graph.steps} graph steps (${mean(this.timing.graph)} ms each), ` +
-      `${this.timing.eager.steps} eager steps (${mean(this.timing.eager)} ms each)` +
+      `${this.timing.eager.steps} eager steps (${mean(this.timing.eager)} ms each${eagerMedian})` +
       (g ? `; graphs: ${g.captures} captured, ${g.replays} replays (host ${perReplay(g.hostMs)} + waiting ${perReplay(g.waitMs)} ms each), ` +
         `${g.warmups} warm-up steps, ${g.failures} failed captures` : '; cuda graphs off');
   }
@@ -103,9 +116,10 @@ export class ModelRunner {
   /**
    * Enqueues the step's ops and returns at once on cuda: inputs through staged uploads, the
    * rows whose token is unread fed from the id buffer prev left (feedTokens), samples into
-   * that buffer and back through the readback.
+   * that buffer and back through the readback. kept: the step's entry in eagerMs, if any
+   * (its read adds there).
    */
-  private runEager(batch: readonly ScheduledSeq[], prev?: Launched): Launched {
+  private runEager(batch: readonly ScheduledSeq[], prev: Launched | undefined, kept: number): Launched {
     const sampling = batch.filter((e) => e.samples);
     if (sampling.length > this.ids.shape[0]) {
       throw new Error(`model runner: ${sampling.length} rows sample, the id buffer holds ${this.ids.shape[0]}`);
@@ -121,7 +135,9 @@ export class ModelRunner {
         sampled: () => {
           const t0 = performance.now();
           const out = samples.read();
-          this.timing.eager.ms += performance.now() - t0;
+          const ms = performance.now() - t0;
+          this.timing.eager.ms += ms;
+          if (kept >= 0) this.eagerMs[kept] += ms;
           return out;
         },
       };
