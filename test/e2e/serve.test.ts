@@ -64,21 +64,25 @@ describe('preemption under a tiny KV budget', () => {
   let s: RealServer;
   beforeAll(async () => {
     s = await startServer((c) => {
-      c.kv_cache = { block_size: 4, num_blocks: 24 };
-      c.max_seq_len = 96;  // everything the 24 blocks hold
+      c.kv_cache = { block_size: 4, num_blocks: 48 };
+      c.max_seq_len = 192;  // everything the 48 blocks hold
     });
   });
   afterAll(() => s.close());
 
+  const LONG = 160;  // the long request's tokens: with its prompt, 45 of the 48 blocks
+
   it('still completes every request with the right tokens', async () => {
     const long = prompts([20], 512, 3)[0];
     const ps = prompts([30, 25, 40, 12, 33], 512, 11);
-    const longAlone = await completionTokens(await s.post('/v1/completions', greedy(long, 70)), false);
+    const longAlone = await completionTokens(await s.post('/v1/completions', greedy(long, LONG)), false);
     const one: number[][] = [];
     for (const p of ps) one.push(await completionTokens(await s.post('/v1/completions', greedy(p, 12)), false));
     // The long request is running (its first chunk is out) before the others arrive, and it
-    // alone nearly fills the cache as it grows: someone must be preempted.
-    const res = await s.post('/v1/completions', greedy(long, 70, { stream: true }));
+    // alone nearly fills the cache as it grows: someone must be preempted, if the others
+    // arrive while one of them still fits. Its 160 tokens leave them ~150 steps for that
+    // (with 70 tokens and 24 blocks, one clean-clone CI run saw no preemption).
+    const res = await s.post('/v1/completions', greedy(long, LONG, { stream: true }));
     const reader = res.body!.getReader();
     const first = await reader.read();
     const rest = Promise.all(ps.map(async (p) => completionTokens(await s.post('/v1/completions', greedy(p, 12)), false)));
