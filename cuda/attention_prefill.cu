@@ -132,13 +132,7 @@ __global__ __launch_bounds__(kThreads, 2) void prefillKernel(PrefillArgs p) {
       const float keep0 = exp2Approx(fmaf(m0, p.scaleLog2, -base0)), keep1 = exp2Approx(fmaf(m1, p.scaleLog2, -base1));
       l0 *= keep0;
       l1 *= keep1;
-#pragma unroll
-      for (int dt = 0; dt < HD / 8; ++dt) {
-        o[dt][0] *= keep0;
-        o[dt][1] *= keep0;
-        o[dt][2] *= keep1;
-        o[dt][3] *= keep1;
-      }
+      scaleRows<HD>(o, keep0, keep1);
     }
     m0 = t0;
     m1 = t1;
@@ -176,21 +170,7 @@ __global__ __launch_bounds__(kThreads, 2) void prefillKernel(PrefillArgs p) {
     }
   }
 
-  // Row sums over the quad, then O / l into the output rows.
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  // O / l as the other kernels and the CPU (the weights come from exp2 of scores scaled by
-  // scale · log2(e), which differs from their expf of scale · q·k by float rounding only).
-  auto div = [](float x, float l) { return l > 0 ? x / l : 0.0f; };
-  const int64_t outWidth = int64_t(p.numHeads) * HD;
-  bf16* out = p.out + (q0 + r0) * outWidth + int64_t(h) * HD + pair;
-#pragma unroll
-  for (int dt = 0; dt < HD / 8; ++dt) {
-    if (live0) *reinterpret_cast<uint32_t*>(out + dt * 8) = pack(div(o[dt][0], l0), div(o[dt][1], l0));
-    if (live1) *reinterpret_cast<uint32_t*>(out + 8 * outWidth + dt * 8) = pack(div(o[dt][2], l1), div(o[dt][3], l1));
-  }
+  storeRows<HD>(p, o, l0, l1, q0 + r0, h, pair, live0, live1);
 }
 
 // Launches prefillKernel<HD>, its shared memory past the 48 KB a launch gets unasked

@@ -201,15 +201,7 @@ __global__ __launch_bounds__(kBlockThreads, 1) void prefillSm90Kernel(PrefillArg
         split(x[0], x[1], hi[st][half * 2], lo[st][half * 2]);
         split(x[2], x[3], hi[st][half * 2 + 1], lo[st][half * 2 + 1]);
       }
-    if (grew) {
-#pragma unroll
-      for (int dt = 0; dt < HD / 8; ++dt) {
-        o[dt][0] *= keep0;
-        o[dt][1] *= keep0;
-        o[dt][2] *= keep1;
-        o[dt][3] *= keep1;
-      }
-    }
+    if (grew) scaleRows<HD>(o, keep0, keep1);
     holdRegisters(reinterpret_cast<float(&)[HD / 2]>(o));
     holdRegisters(reinterpret_cast<uint32_t(&)[kKeys / 4]>(hi));
     holdRegisters(reinterpret_cast<uint32_t(&)[kKeys / 4]>(lo));
@@ -233,18 +225,7 @@ __global__ __launch_bounds__(kBlockThreads, 1) void prefillSm90Kernel(PrefillArg
     holdRegisters(reinterpret_cast<float(&)[HD / 2]>(o));
   }
 
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  auto div = [](float x, float l) { return l > 0 ? x / l : 0.0f; };
-  const int64_t outWidth = int64_t(p.numHeads) * HD;
-  bf16* out = p.out + (q0 + r0) * outWidth + int64_t(h) * HD + pair;
-#pragma unroll
-  for (int dt = 0; dt < HD / 8; ++dt) {
-    if (live0) *reinterpret_cast<uint32_t*>(out + dt * 8) = pack(div(o[dt][0], l0), div(o[dt][1], l0));
-    if (live1) *reinterpret_cast<uint32_t*>(out + 8 * outWidth + dt * 8) = pack(div(o[dt][2], l1), div(o[dt][3], l1));
-  }
+  storeRows<HD>(p, o, l0, l1, q0 + r0, h, pair, live0, live1);
 #endif
 }
 

@@ -1,7 +1,7 @@
 // What both tensor-core prefill kernels share (attention_prefill.cu on mma.sync,
 // attention_prefill_sm90.cu on wgmma): a block's tile of query tokens of one sequence and one
 // q head, Q's fragments, the cache rows of a tile of 64 keys, the masked row maxima of its
-// scores, and P's split into two bf16 parts.
+// scores, P's split into two bf16 parts, O's rescale, and the output rows.
 #pragma once
 #include "attention_prefill.cuh"
 
@@ -114,6 +114,40 @@ __device__ __forceinline__ void maskedRowMax(float (&s)[kKeys / 8][4], int n0, i
   t0 = fmaxf(t0, __shfl_xor_sync(0xffffffffu, t0, 2));
   t1 = fmaxf(t1, __shfl_xor_sync(0xffffffffu, t1, 1));
   t1 = fmaxf(t1, __shfl_xor_sync(0xffffffffu, t1, 2));
+}
+
+// O's rows (this lane's two, in the accumulator layout) times keep0 and keep1: a row's output
+// rescaled when its running max grew.
+template <int HD>
+__device__ __forceinline__ void scaleRows(float (&o)[HD / 8][4], float keep0, float keep1) {
+#pragma unroll
+  for (int dt = 0; dt < HD / 8; ++dt) {
+    o[dt][0] *= keep0;
+    o[dt][1] *= keep0;
+    o[dt][2] *= keep1;
+    o[dt][3] *= keep1;
+  }
+}
+
+// The tile's output: this lane's row sums added over its quad, then O / l into the rows
+// `row` and row + 8 (counted from the step's first token) of head h, live ones only. O / l as
+// the other kernels and the CPU (the weights come from exp2 of scores scaled by scale ·
+// log2(e), which differs from their expf of scale · q·k by float rounding only).
+template <int HD>
+__device__ __forceinline__ void storeRows(const PrefillArgs& p, const float (&o)[HD / 8][4], float l0, float l1, int64_t row,
+                                          int h, int pair, bool live0, bool live1) {
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  auto div = [](float x, float l) { return l > 0 ? x / l : 0.0f; };
+  const int64_t outWidth = int64_t(p.numHeads) * HD;
+  bf16* out = p.out + row * outWidth + int64_t(h) * HD + pair;
+#pragma unroll
+  for (int dt = 0; dt < HD / 8; ++dt) {
+    if (live0) *reinterpret_cast<uint32_t*>(out + dt * 8) = pack(div(o[dt][0], l0), div(o[dt][1], l0));
+    if (live1) *reinterpret_cast<uint32_t*>(out + 8 * outWidth + dt * 8) = pack(div(o[dt][2], l1), div(o[dt][3], l1));
+  }
 }
 
 // Launches the step on prefillSm90Kernel (attention_prefill_sm90.cu) where the device runs
