@@ -96,8 +96,8 @@ export class ModelRunner {
     const g = this.graphs?.stats;
     const mean = (t: Timing) => (t.steps ? ((t.ms + (t === this.timing.graph ? g?.waitMs ?? 0 : 0)) / t.steps).toFixed(3) : '-');
     const perReplay = (ms: number) => (g && g.replays ? (ms / g.replays).toFixed(3) : '-');
-    const kept = [...this.eagerMs].sort((a, b) => a - b);
-    const eagerMedian = kept.length ? `, p50 ${kept[kept.length >> 1].toFixed(3)}, first ${this.eagerMs[0].toFixed(3)}` : '';
+    const sorted = [...this.eagerMs].sort((a, b) => a - b);
+    const eagerMedian = sorted.length ? `, p50 ${sorted[sorted.length >> 1].toFixed(3)}, first ${this.eagerMs[0].toFixed(3)}` : '';
     return `mstar profile: ${this.timing.graph.steps} graph steps (${mean(this.timing.graph)} ms each), ` +
       `${this.timing.eager.steps} eager steps (${mean(this.timing.eager)} ms each${eagerMedian})` +
       (g ? `; graphs: ${g.captures} captured, ${g.replays} replays (host ${perReplay(g.hostMs)} + waiting ${perReplay(g.waitMs)} ms each), ` +
