@@ -28,6 +28,10 @@ __device__ __forceinline__ uint64_t swizzledDesc(const void* p, uint32_t lbo, ui
          uint64_t(1) << 62;
 }
 
+// The descriptor of the matrix `bytes` further on than desc's (the start address is its low
+// field, in 16-byte units; shared memory's addresses fit it): no address arithmetic per MMA.
+__device__ __forceinline__ uint64_t descAt(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
+
 __device__ __forceinline__ void wgmmaFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmmaCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 // Waits until at most N committed groups of this warpgroup's MMAs are still running.

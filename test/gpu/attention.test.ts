@@ -118,12 +118,17 @@ describeGpu('cuda paged attention', () => {
 // whose output is not rounded): as close as a bf16 output can be, the f32 result rounded
 // to bf16, but for values on a rounding boundary (f32 sums in another order).
 describeGpu('cuda prefill attention on tensor cores', () => {
+  // Block sizes: 16 (the default), 128 (a tile of 64 keys inside one cache block), 8 (eight
+  // blocks a tile) and 24 (not a power of two: the sm_80 kernel, also on Hopper).
   it.each([
-    [{ numHeads: 4, numKvHeads: 2, headDim: 64 }, [{ cached: 0, fresh: 150 }, { cached: 40, fresh: 30 }, { cached: 0, fresh: 33 }]],
-    [{ numHeads: 16, numKvHeads: 8, headDim: 128 }, [{ cached: 0, fresh: 200 }, { cached: 100, fresh: 64 }]],
-  ] as [Layout, Seq[]][])('%o', (l, seqs) => {
-    const ref = step('cuda', 'f32', 'bf16', seqs, 16, l, 11, 1).out;
-    const got = step('cuda', 'bf16', 'bf16', seqs, 16, l, 11, 1).out;
+    [{ numHeads: 4, numKvHeads: 2, headDim: 64 }, [{ cached: 0, fresh: 150 }, { cached: 40, fresh: 30 }, { cached: 0, fresh: 33 }], 16],
+    [{ numHeads: 16, numKvHeads: 8, headDim: 128 }, [{ cached: 0, fresh: 200 }, { cached: 100, fresh: 64 }], 16],
+    [{ numHeads: 16, numKvHeads: 8, headDim: 128 }, [{ cached: 0, fresh: 200 }, { cached: 100, fresh: 64 }], 128],
+    [{ numHeads: 4, numKvHeads: 2, headDim: 64 }, [{ cached: 13, fresh: 77 }, { cached: 0, fresh: 129 }], 8],
+    [{ numHeads: 4, numKvHeads: 2, headDim: 128 }, [{ cached: 0, fresh: 150 }, { cached: 50, fresh: 70 }], 24],
+  ] as [Layout, Seq[], number][])('%o, block size %i', (l, seqs, blockSize) => {
+    const ref = step('cuda', 'f32', 'bf16', seqs, blockSize, l, 11, 1).out;
+    const got = step('cuda', 'bf16', 'bf16', seqs, blockSize, l, 11, 1).out;
     const best = rounded('bf16', ref);
     let exact = 0;
     for (let i = 0; i < got.length; i++) if (got[i] === best[i]) exact++;
