@@ -87,6 +87,20 @@ describe('SSE parsing', () => {
     expect(await collect(streamOf('data: {"a"', ':1}\n\n: comment\n\nda', 'ta: x\r', '\ndata: y\r\n\r\n', 'data: [DONE]\n\ndata: late\n\n'))).toEqual(['{"a":1}', 'x\ny']);
     expect(await collect(streamOf('event: m\ndata:z\n\ndata: tail'))).toEqual(['z', 'tail']);
   });
+
+  it('reads the body to its end after [DONE], so that the connection can serve the next request', async () => {
+    let ended = false;
+    async function* body(): AsyncGenerator<Uint8Array> {
+      const enc = new TextEncoder();
+      yield enc.encode('data: a\n\ndata: [DONE]\n\n');
+      yield enc.encode('data: late\n\n');
+      ended = true;
+    }
+    const out: string[] = [];
+    for await (const d of sseData(body())) out.push(d);
+    expect(out).toEqual(['a']);
+    expect(ended).toBe(true);
+  });
 });
 
 describe('mixes', () => {
