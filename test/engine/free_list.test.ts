@@ -72,4 +72,21 @@ describe('BlockManager', () => {
     expect(m.reserve(seq('d'), 16)).toBe(false);  // 3 free, 4 needed: nothing taken
     expect(m.freeBlocks).toBe(3);
   });
+
+  it('hashes a prompt\'s blocks for the prefix lookup only up to the first miss; the rest when they are registered', () => {
+    const m = new BlockManager(16, 4, true);
+    const prompt = Array.from({ length: 17 }, (_, i) => i + 1);  // 4 full blocks before the last token
+    const first = new Sequence('first', prompt, params, 0);
+    expect(m.attachPrefix(first, '')).toBe(0);
+    expect(first.blockHashes.length).toBe(1);  // block 0 missed: no later block can hit
+    expect(m.reserve(first, 17)).toBe(true);
+    first.numComputed = 17;
+    m.registerFull(first, '');
+    expect(first.blockHashes.length).toBe(4);
+    // The same first 8 tokens, then others: two blocks hit, the third is the first miss.
+    const second = new Sequence('second', [...prompt.slice(0, 8), ...prompt.slice(8).map((t) => t + 100)], params, 0);
+    expect(m.attachPrefix(second, '')).toBe(8);
+    expect(second.blocks).toEqual(first.blocks.slice(0, 2));
+    expect(second.blockHashes.length).toBe(3);
+  });
 });
