@@ -1,7 +1,7 @@
 // A long prompt's TTFT through the HTTP server, split into the server's share and the
 // client's: starts `mstar serve` on DIR/serve.yaml, sends REPS requests of LEN random token
-// ids (1 output token, streamed) one at a time with two clients, fetch (as `mstar bench`
-// sends them) and a bare node:http request, and reads the server's own TTFT histogram
+// ids (1 output token, streamed) one at a time with two clients, fetch and node:http (as
+// `mstar bench` sends them), and reads the server's own TTFT histogram
 // (from the request's arrival to its first token) from /metrics. Compare with
 // bench/ttft_parts.mjs (the engine alone) and prefill_step.mjs (the GPU alone).
 //
@@ -45,13 +45,9 @@ try {
   /** The same with node:http. */
   const viaHttp = () => new Promise((resolve, reject) => {
     const b = body(), t0 = performance.now();
-    if (process.env.MSTAR_TRACE) console.error(`TRACE ${(performance.timeOrigin + t0).toFixed(3)} client-send`);
     let ms;
     const req = request(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(b) } }, (res) => {
-      res.on('data', () => {
-        if (ms === undefined && process.env.MSTAR_TRACE) console.error(`TRACE ${(performance.timeOrigin + performance.now()).toFixed(3)} client-first`);
-        ms ??= performance.now() - t0;
-      });
+      res.on('data', () => { ms ??= performance.now() - t0; });
       res.on('end', () => resolve(ms));
     });
     req.on('error', reject);

@@ -83,9 +83,9 @@ export async function streamCompletion(req: CompletionRequest): Promise<RequestR
 
 /**
  * POSTs a JSON body; resolves with the response once its headers are in. node:http, not
- * fetch: on one H200 machine fetch added ~3 ms to every request's TTFT against node:http
- * (Qwen3-0.6B, 128 and 4096 prompt tokens; bench/ttft_http.mjs), time that is the client's,
- * not the server's. The default agent keeps connections alive between requests.
+ * fetch: on the H200 machine fetch added 1-3 ms to every request's TTFT (Qwen3-0.6B, 128 and
+ * 4096 prompt tokens; bench/ttft_http.mjs, bench/RESULTS.md), time that is the client's, not
+ * the server's. The default agent keeps connections alive between requests.
  */
 function post(url: URL, body: string, headers: Record<string, string>, signal?: AbortSignal): Promise<IncomingMessage> {
   const send = url.protocol === 'https:' ? httpsRequest : httpRequest;

@@ -119,7 +119,7 @@ describeGpu('cuda paged attention', () => {
 // to bf16, but for values on a rounding boundary (f32 sums in another order).
 describeGpu('cuda prefill attention on tensor cores', () => {
   // Block sizes: 16 (the default), 128 (a tile of 64 keys inside one cache block), 8 (eight
-  // blocks a tile) and 24 (not a power of two: the sm_80 kernel, also on Hopper).
+  // blocks a tile) and 24 (not a power of two: a key's block found by division).
   it.each([
     [{ numHeads: 4, numKvHeads: 2, headDim: 64 }, [{ cached: 0, fresh: 150 }, { cached: 40, fresh: 30 }, { cached: 0, fresh: 33 }], 16],
     [{ numHeads: 16, numKvHeads: 8, headDim: 128 }, [{ cached: 0, fresh: 200 }, { cached: 100, fresh: 64 }], 16],
