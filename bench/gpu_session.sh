@@ -13,7 +13,8 @@
 # meets a GPU that has drifted; ROUNDS=1 halves the time).
 #
 # Needs node on PATH, the checkout's node_modules and dist/, and the addon (build/ or
-# MSTAR_PREBUILD). Writes OUT_DIR/{gpu_tests.log, gpu_tests_mma_sync.log, bench.json, bench.svg, bench.log, prefill_step.txt, kernels.csv}.
+# MSTAR_PREBUILD). Writes OUT_DIR/{gpu_tests.log, gpu_tests_mma_sync.log, bench.json, bench.svg, bench.log, prefill_step.txt,
+# ttft.txt, kernels.csv}.
 set -uo pipefail
 out=${1:?usage: gpu_session.sh OUT_DIR [preset]}
 preset=${2:-qwen3-0.6b}
@@ -45,6 +46,10 @@ MSTAR_PROFILE=1 node dist/lib/cli/main.js bench --serve "$model/serve.yaml" --co
 # One eager prefill step by mode (LoRA off, base rows, one adapter): GPU, host and done times.
 timeout 180 node bench/prefill_step.mjs "$model" >"$out/prefill_step.txt" 2>&1
 echo "prefill_step: exit $?"; tail -n 13 "$out/prefill_step.txt"
+
+# A 4096-token prompt's TTFT: the engine alone, then through the server (its share and the client's).
+{ timeout 180 node bench/ttft_parts.mjs "$model" && timeout 300 node bench/ttft_http.mjs "$model"; } >"$out/ttft.txt" 2>&1
+echo "ttft: exit $?"; grep -E "median|TTFT" "$out/ttft.txt"
 
 if [ "${NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
   # Eager steps (graphs off), LoRA on, one adapter: 600 kernels from the middle of decoding

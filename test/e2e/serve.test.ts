@@ -80,17 +80,21 @@ describe('preemption under a tiny KV budget', () => {
     for (const p of ps) one.push(await completionTokens(await s.post('/v1/completions', greedy(p, 12)), false));
     // The long request is running (its first chunk is out) before the others arrive, and it
     // alone nearly fills the cache as it grows: someone must be preempted, if the others
-    // arrive while one of them still fits. Its 160 tokens leave them ~150 steps for that
-    // (with 70 tokens and 24 blocks, one clean-clone CI run saw no preemption).
-    const res = await s.post('/v1/completions', greedy(long, LONG, { stream: true }));
-    const reader = res.body!.getReader();
-    const first = await reader.read();
-    const rest = Promise.all(ps.map(async (p) => completionTokens(await s.post('/v1/completions', greedy(p, 12)), false)));
-    let text = new TextDecoder().decode(first.value);
-    for (let r = await reader.read(); !r.done; r = await reader.read()) text += new TextDecoder().decode(r.value);
-    expect(await completionTokens(new Response(text), true)).toEqual(longAlone);
-    expect(await rest).toEqual(one);
+    // arrive while one of them still fits. Whether they do is timing (about one run in six
+    // saw none, here and in clean-clone CI, at 70 tokens over 24 blocks and at 160 over 48):
+    // the scenario runs again, up to five times, until a preemption happens; every run must
+    // give every request its tokens.
+    for (let attempt = 0; attempt < 5 && (await s.metric('mstar:num_preemptions_total')) === 0; attempt++) {
+      const res = await s.post('/v1/completions', greedy(long, LONG, { stream: true }));
+      const reader = res.body!.getReader();
+      const first = await reader.read();
+      const rest = Promise.all(ps.map(async (p) => completionTokens(await s.post('/v1/completions', greedy(p, 12)), false)));
+      let text = new TextDecoder().decode(first.value);
+      for (let r = await reader.read(); !r.done; r = await reader.read()) text += new TextDecoder().decode(r.value);
+      expect(await completionTokens(new Response(text), true)).toEqual(longAlone);
+      expect(await rest).toEqual(one);
+    }
     expect(await s.metric('mstar:num_preemptions_total')).toBeGreaterThan(0);
     expect(await s.metric('mstar:kv_cache_usage_perc')).toBe(0);
-  });
+  }, 30_000);
 });
