@@ -101,6 +101,20 @@ describe('SSE parsing', () => {
     expect(out).toEqual(['a']);
     expect(ended).toBe(true);
   });
+
+  it('closes the body when its reader stops early', async () => {
+    let closed = false;
+    async function* body(): AsyncGenerator<Uint8Array> {
+      try {
+        yield new TextEncoder().encode('data: a\n\ndata: b\n\n');
+        yield new TextEncoder().encode('data: c\n\n');
+      } finally {
+        closed = true;
+      }
+    }
+    for await (const d of sseData(body())) if (d === 'a') break;
+    expect(closed).toBe(true);
+  });
 });
 
 describe('mixes', () => {
