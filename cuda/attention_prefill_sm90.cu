@@ -1,22 +1,28 @@
 // Prefill attention on Hopper's warpgroup MMA (wgmma, sm_90a): the same contract and
 // arithmetic as prefillKernel (attention_prefill.cu), whose mma.sync reached ~200 TFLOP/s on
-// an H200 (4096 tokens, 32/8 heads; this kernel ~260).
+// an H200 (4096 tokens, 32/8 heads; this kernel ~270).
 //
-// A block is two warpgroups, 128 query tokens of one sequence and one q head: 64 a
-// warpgroup, 16 a warp. Each tile of 64 keys serves both warpgroups. Per tile, a warpgroup
-// computes S = Q·Kᵀ as 8 (head dim 128) or 4 MMAs of 64 x 64 x 16, Q from registers and K from
-// shared memory; the online softmax in registers as before; then O += P·V as 2 MMAs of
-// 64 x head dim x 16 per 16 keys (P's two bf16 parts), V from shared memory read N-major.
-// The next tile's Q·Kᵀ starts with this tile's P·V, so that its softmax runs while P·V does.
-// K and V come from the paged cache by cp.async into the 128-byte swizzle the MMAs read
-// (wgmma.cuh), through three buffers.
+// A block is two warpgroups of consumers, 128 query tokens of one sequence and one q head: 64
+// a warpgroup, 16 a warp; and one producer warp, which loads the tiles of 64 keys both
+// warpgroups read. Per tile, a warpgroup computes S = Q·Kᵀ as 8 (head dim 128) or 4 MMAs of
+// 64 x 64 x 16, Q from registers and K from shared memory; the online softmax in registers as
+// before; then O += P·V as 2 MMAs of 64 x head dim x 16 per 16 keys (P's two bf16 parts), V
+// from shared memory read N-major. The next tile's Q·Kᵀ starts with this tile's P·V, so that
+// its softmax runs while P·V does.
+// The producer copies K and V from the paged cache by cp.async into the 128-byte swizzle the
+// MMAs read (wgmma.cuh), kStages tiles ahead at most; shared-memory barriers say when a
+// tile has landed (the hardware arrives for each producer lane once its copies have) and when
+// every consumer warp is done with a buffer, so that the consumers issue no copies and never
+// wait at a block barrier.
 //
 // Measured against simpler versions (H200, 4096 tokens, 32/8 heads): one warpgroup a block,
 // two blocks an SM, waiting for each MMA group: ~253 TFLOP/s; two warpgroups a block: ~253;
-// with the softmax overlapped: ~260, and ~243 with one warpgroup a block. Nsight Compute on
-// the second: the tensor pipe busy 41% of the time, 0.49 of 2 warps a scheduler eligible.
+// with the softmax overlapped: ~260, and ~243 with one warpgroup a block; every thread
+// copying, a block barrier a tile: ~269. Loads by TMA (16 boxes of one cache block a tile)
+// were slower, ~233: the MMAs waited for their tile in half the tiles.
 #include "attention_prefill_tile.cuh"
 #include "cp_async.cuh"
+#include "mbarrier.cuh"
 #include "wgmma.cuh"
 
 namespace mstar::gpu {
@@ -25,10 +31,11 @@ namespace {
 using namespace prefill;
 
 constexpr int kRegion = kKeys * 128;  // bytes of one 64-dim block of a tile: 64 keys of 128 bytes
-constexpr int kGroups = 2;            // warpgroups a block, each kRows query tokens
-constexpr int kBlockThreads = kGroups * kThreads;
+constexpr int kGroups = 2;            // consumer warpgroups a block, each kRows query tokens
+constexpr int kConsumers = kGroups * kThreads;
+constexpr int kBlockThreads = kConsumers + kThreads;  // and the producer warpgroup
 
-constexpr int kStages = 3;            // tile buffers (the loop says why)
+constexpr int kStages = 4;  // tile buffers: the producer runs up to kStages - 1 tiles ahead of the next tile's MMAs
 
 template <int HD>
 struct SwizzledTiles {
@@ -38,7 +45,9 @@ struct SwizzledTiles {
   __device__ static int at(int r, int c) { return (c >> 3) * kRegion + r * 128 + (((c & 7) ^ (r & 7)) << 4); }
   uint8_t k[kStages][kBytes];
   uint8_t v[kStages][kBytes];
-  int32_t rows[kStages][kKeys];  // each tile's cacheRowOf
+  uint64_t landed[kStages];  // a phase a tile: each producer thread's copies of it have landed
+  uint64_t freed[kStages];   // a phase a tile: each consumer warp's MMAs on it are done
+  int32_t rows[2][kKeys];    // the cache rows of the tile the producer loads (cacheRowOf)
 };
 
 // Shared memory a block asks for: the tiles, and room to start them at a 1024-byte boundary
@@ -55,7 +64,39 @@ __device__ __forceinline__ void addPV(float (&o)[HD / 8][4], const uint32_t (&p)
   else wgmma64x64<1>(reinterpret_cast<float(&)[32]>(o), p, v, true);
 }
 
-// One block an SM (206 registers a thread for head dim 128).
+// The producer warpgroup: tiles 0..numTiles-1 of the block's keys into the buffers in turn,
+// each once the consumers have freed its buffer. Threads share a key's row HD / 8 at a time,
+// so that a copy instruction reads whole rows of the cache.
+template <int HD>
+__device__ void produce(const PrefillArgs& p, SwizzledTiles<HD>& tiles, const int32_t* table, int kvh, int loadEnd,
+                        int numTiles) {
+  constexpr int kLanesPerRow = HD / 8, kRowStep = kThreads / kLanesPerRow;
+  const int t = threadIdx.x % kThreads, row0 = t / kLanesPerRow, chunk = t % kLanesPerRow;
+  const int64_t kvWidth = int64_t(p.numKvHeads) * HD;
+  const bf16* kHead = p.k + int64_t(kvh) * HD + chunk * 8;
+  const bf16* vHead = p.v + int64_t(kvh) * HD + chunk * 8;
+  for (int tile = 0; tile < numTiles; ++tile) {
+    const int buf = tile % kStages;
+    // The tile's cache rows, in one of two arrays: the barrier after the last tile's ensured
+    // every thread was done reading this one.
+    int32_t* rows = tiles.rows[tile % 2];
+    if (t < kKeys) rows[t] = cacheRowOf(p, table, tile * kKeys + t, loadEnd);
+    asm volatile("bar.sync 1, %0;\n" ::"n"(kThreads) : "memory");  // (barrier 0 is __syncthreads')
+    if (tile >= kStages) barrierWait(&tiles.freed[buf], (tile / kStages - 1) & 1);
+#pragma unroll
+    for (int row = row0; row < kKeys; row += kRowStep) {
+      const int32_t at = rows[row];
+      const int64_t off = int64_t(at < 0 ? 0 : at) * kvWidth;
+      copy16(tiles.k[buf] + SwizzledTiles<HD>::at(row, chunk), kHead + off, at >= 0);
+      copy16(tiles.v[buf] + SwizzledTiles<HD>::at(row, chunk), vHead + off, at >= 0);
+    }
+    copiesArrive(&tiles.landed[buf]);
+  }
+  commitCopies();
+  awaitCopies<0>();  // (the copies' arrivals are the hardware's; nothing left in flight at exit)
+}
+
+// One block an SM.
 template <int HD>
 __global__ __launch_bounds__(kBlockThreads, 1) void prefillSm90Kernel(PrefillArgs p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -68,8 +109,6 @@ __global__ __launch_bounds__(kBlockThreads, 1) void prefillSm90Kernel(PrefillArg
   int64_t q0;
   if (!tileOf(p, kGroups * kRows, seq, q0)) return;
   const int h = blockIdx.x, kvh = h / (p.numHeads / p.numKvHeads);
-  const int group = threadIdx.x / kThreads, warp = threadIdx.x % kThreads / 32;
-  const int lane = threadIdx.x % 32, quad = lane / 4, pair = (lane % 4) * 2;
   const int64_t qEnd = p.queryStarts[seq + 1];
   const int64_t ctx = p.contextLens[seq];
   const int64_t maxKeys = p.maxBlocks * p.blockSize;
@@ -79,6 +118,27 @@ __global__ __launch_bounds__(kBlockThreads, 1) void prefillSm90Kernel(PrefillArg
   const int blockRows = int(min(int64_t(kGroups * kRows), qEnd - q0));
   const int loadEnd = int(min(int64_t(blockPos) + blockRows, maxKeys));
   const int numTiles = (loadEnd + kKeys - 1) / kKeys;
+  const int32_t* table = p.tables + int64_t(seq) * p.maxBlocks;
+
+  if (threadIdx.x == 0) {
+    for (int b = 0; b < kStages; ++b) {
+      barrierInit(&tiles.landed[b], kThreads);
+      barrierInit(&tiles.freed[b], kConsumers / 32);
+    }
+  }
+  __syncthreads();
+  // Registers a thread: 168 at launch (65536 over 384 threads: each quarter of the SM holds
+  // 3 warps; a ninth warp alone would cap every thread at 168 too); then the producer gives
+  // all but 40 to the consumers, 232 (Q·Kᵀ, P·V and the softmax take ~206 at head dim 128).
+  if (threadIdx.x >= kConsumers) {
+    lowerRegisters<40>();
+    produce<HD>(p, tiles, table, kvh, loadEnd, numTiles);
+    return;
+  }
+  raiseRegisters<232>();
+
+  const int group = threadIdx.x / kThreads, warp = threadIdx.x % kThreads / 32;
+  const int lane = threadIdx.x % 32, quad = lane / 4, pair = (lane % 4) * 2;
   const int firstPos = blockPos + group * kRows;
   const int rows = max(0, min(kRows, blockRows - group * kRows));
   const int keyEnd = int(min(int64_t(firstPos) + rows, maxKeys));  // keys this warpgroup's rows see
@@ -94,37 +154,18 @@ __global__ __launch_bounds__(kBlockThreads, 1) void prefillSm90Kernel(PrefillArg
 
   float o[HD / 8][4] = {};
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0, l1 = 0;
-  const int32_t* table = p.tables + int64_t(seq) * p.maxBlocks;
-  const int64_t kvWidth = int64_t(p.numKvHeads) * HD;
   // The tiles this warpgroup computes: those before its last row's keys (none without rows).
   const int ownTiles = rows > 0 ? (keyEnd + kKeys - 1) / kKeys : 0;
 
-  // A thread loads the same 16-byte chunk of rows row0, row0 + kRowStep, ... of each tile.
-  constexpr int kLanesPerRow = HD / 8, kRowStep = kBlockThreads / kLanesPerRow;
-  const int row0 = threadIdx.x / kLanesPerRow, chunk = threadIdx.x % kLanesPerRow;
-  const bf16* kHead = p.k + int64_t(kvh) * HD + chunk * 8;
-  const bf16* vHead = p.v + int64_t(kvh) * HD + chunk * 8;
-  auto findRows = [&](int tile) {
-    if (tile < numTiles && threadIdx.x < kKeys)
-      tiles.rows[tile % kStages][threadIdx.x] = cacheRowOf(p, table, tile * kKeys + threadIdx.x, loadEnd);
-  };
-  auto load = [&](int tile) {
-    if (tile >= numTiles) return;
-    const int buf = tile % kStages;
-#pragma unroll
-    for (int row = row0; row < kKeys; row += kRowStep) {
-      const int32_t at = tiles.rows[buf][row];
-      const int64_t off = int64_t(at < 0 ? 0 : at) * kvWidth;
-      copy16(tiles.k[buf] + SwizzledTiles<HD>::at(row, chunk), kHead + off, at >= 0);
-      copy16(tiles.v[buf] + SwizzledTiles<HD>::at(row, chunk), vHead + off, at >= 0);
-    }
-    commitCopies();
-  };
-  // Once every thread's copies have landed: visible to the MMAs, and to every thread.
-  auto landed = [&] {
-    awaitCopies<0>();
+  // Tile `tile` has landed: visible to the MMAs (the copies wrote through the generic proxy).
+  auto landed = [&](int tile) {
+    barrierWait(&tiles.landed[tile % kStages], (tile / kStages) & 1);
     proxyFence();
-    __syncthreads();
+  };
+  // This warp's MMAs on tile `tile` are done: one arrival a warp.
+  auto release = [&](int tile) {
+    __syncwarp();
+    if (lane == 0) barrierArrive(&tiles.freed[tile % kStages]);
   };
 
   // S = Q·Kᵀ for tile `tile` into s, issued: K's tile is a K-major B (a key's dims
@@ -174,61 +215,54 @@ __global__ __launch_bounds__(kBlockThreads, 1) void prefillSm90Kernel(PrefillArg
     }
   };
 
-  // Tiles pass through kStages buffers: while tile t's P·V and tile t + 1's Q·Kᵀ run (the
-  // softmax of t + 1 overlapping t's P·V: the MMAs are asynchronous), tile t + 2 loads into
-  // the buffer that held tile t - 1, whose MMAs ended before the barrier before the load.
-  findRows(0);
-  findRows(1);
-  __syncthreads();
-  load(0);
-  load(1);
-  findRows(2);
-  landed();
+  // Every consumer warp waits for every tile and frees it, its warpgroup's or not, so that
+  // each buffer's barriers take one phase a tile.
   // (MMAs under a branch that ptxas cannot prove uniform over the warpgroup are serialized:
   // the first and the last scores are computed whether used or not.)
+  landed(0);
   wgmmaFence();
   issueS(0);
   wgmmaWait<0>();
   holdRegisters(sFlat);
   softmax(0);
   for (int tile = 0; tile < numTiles; ++tile) {
-    if (tile > 0) landed();  // tile + 1 is in; every warpgroup is done with tile - 1
-    load(tile + 2);
-    findRows(tile + 3);  // (into tile's rows, which load(tile) read before the last barrier)
-    if (tile >= ownTiles) continue;  // past this warpgroup's keys (the same for all its threads)
-    // P's A fragments, 16 keys a k-step, in two bf16 parts (prefillKernel says why); O takes
-    // the tile's rescale; then tile + 1's scores and this tile's P·V start.
-    uint32_t hi[kKeys / 16][4], lo[kKeys / 16][4];
+    if (tile + 1 < numTiles) landed(tile + 1);
+    if (tile < ownTiles) {  // (the same for all the warpgroup's threads)
+      // P's A fragments, 16 keys a k-step, in two bf16 parts (prefillKernel says why); O takes
+      // the tile's rescale; then tile + 1's scores and this tile's P·V start.
+      uint32_t hi[kKeys / 16][4], lo[kKeys / 16][4];
 #pragma unroll
-    for (int st = 0; st < kKeys / 16; ++st)
+      for (int st = 0; st < kKeys / 16; ++st)
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const float(&x)[4] = s[st * 2 + half];
-        split(x[0], x[1], hi[st][half * 2], lo[st][half * 2]);
-        split(x[2], x[3], hi[st][half * 2 + 1], lo[st][half * 2 + 1]);
+        for (int half = 0; half < 2; ++half) {
+          const float(&x)[4] = s[st * 2 + half];
+          split(x[0], x[1], hi[st][half * 2], lo[st][half * 2]);
+          split(x[2], x[3], hi[st][half * 2 + 1], lo[st][half * 2 + 1]);
+        }
+      if (grew) scaleRows<HD>(o, keep0, keep1);
+      holdRegisters(reinterpret_cast<float(&)[HD / 2]>(o));
+      holdRegisters(reinterpret_cast<uint32_t(&)[kKeys / 4]>(hi));
+      holdRegisters(reinterpret_cast<uint32_t(&)[kKeys / 4]>(lo));
+      wgmmaFence();
+      // Past the last tile this reads a buffer no longer written (or never loaded): s is then
+      // never read again.
+      issueS(tile + 1);
+      // O += P·V: V's tile is an N-major B (a key's dims contiguous), a k-step 16 keys down.
+      const uint64_t vTile = bufferDesc(v0, tile);
+#pragma unroll
+      for (int st = 0; st < kKeys / 16; ++st) {
+        const uint64_t v = descAt(vTile, st * 16 * 128);
+        addPV<HD>(o, hi[st], v);
+        addPV<HD>(o, lo[st], v);
       }
-    if (grew) scaleRows<HD>(o, keep0, keep1);
-    holdRegisters(reinterpret_cast<float(&)[HD / 2]>(o));
-    holdRegisters(reinterpret_cast<uint32_t(&)[kKeys / 4]>(hi));
-    holdRegisters(reinterpret_cast<uint32_t(&)[kKeys / 4]>(lo));
-    wgmmaFence();
-    // Past the last tile this reads a buffer never loaded or holding an older tile (no copy
-    // writes it): s is then never read again.
-    issueS(tile + 1);
-    // O += P·V: V's tile is an N-major B (a key's dims contiguous), a k-step 16 keys down.
-    const uint64_t vTile = bufferDesc(v0, tile);
-#pragma unroll
-    for (int st = 0; st < kKeys / 16; ++st) {
-      const uint64_t v = descAt(vTile, st * 16 * 128);
-      addPV<HD>(o, hi[st], v);
-      addPV<HD>(o, lo[st], v);
+      wgmmaCommit();
+      wgmmaWait<1>();  // the scores (committed first); P·V still runs
+      holdRegisters(sFlat);
+      if (tile + 1 < ownTiles) softmax(tile + 1);
+      wgmmaWait<0>();
+      holdRegisters(reinterpret_cast<float(&)[HD / 2]>(o));
     }
-    wgmmaCommit();
-    wgmmaWait<1>();  // the scores (committed first); P·V still runs
-    holdRegisters(sFlat);
-    if (tile + 1 < ownTiles) softmax(tile + 1);
-    wgmmaWait<0>();
-    holdRegisters(reinterpret_cast<float(&)[HD / 2]>(o));
+    release(tile);
   }
 
   storeRows<HD>(p, o, l0, l1, q0 + r0, h, pair, live0, live1);

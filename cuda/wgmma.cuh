@@ -42,6 +42,19 @@ __device__ __forceinline__ void wgmmaWait() {
 // Generic-proxy writes to shared memory (stores, cp.async) visible to the MMAs' async proxy.
 __device__ __forceinline__ void proxyFence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
+// This warpgroup's registers a thread from here on (setmaxnreg; a multiple of 8, 24 to 256):
+// fewer hand registers back to the block's pool, more wait for them there, so that a
+// warpgroup that only copies can give its share to those that multiply. Every thread of
+// the warpgroup runs it.
+template <int N>
+__device__ __forceinline__ void lowerRegisters() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void raiseRegisters() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
 template <int N>
 __device__ __forceinline__ void holdRegisters(float (&r)[N]) {
 #pragma unroll
