@@ -53,6 +53,17 @@ describeGpu('cuda row ops', () => {
         expectClose(floats(resCuda), floats(resCpu), tol(act, false));
       });
 
+      // From 256 rows a warp takes a row (widths that are whole runs of 256 and fit a lane's
+      // registers); 300 rows leave a last block part-full, and 2560 a lane's last runs empty.
+      it.each([256, 1024, 2560, 4096])('rmsNorm of prefill-sized steps, width %i', (dim) => {
+        const rng = new Rng(dim + 2);
+        const rows = 300;
+        const w = weightPair(wd, [dim], rng.floats(dim, 0.5, 1.5));
+        const x = act2(act, [rows, dim], rng.floats(rows * dim, -3, 3));
+        const [got, want] = both(act, [rows, dim], (dev, out) => addon.rmsNorm(out, x[dev], w[dev], 1e-6));
+        expectClose(got, want, tol(act, true));
+      });
+
       it.each([[4, 2, 8], [3, 1, 33], [16, 8, 128], [8, 2, 256]])('headRmsNorm, %i q heads, %i kv heads, headDim %i', (h, kv, hd) => {
         const rng = new Rng(h * kv * hd);
         const n = 9;
