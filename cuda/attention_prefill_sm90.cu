@@ -1,25 +1,28 @@
 // Prefill attention on Hopper's warpgroup MMA (wgmma, sm_90a): the same contract and
 // arithmetic as prefillKernel (attention_prefill.cu), whose mma.sync reached ~200 TFLOP/s on
-// an H200 (4096 tokens, 32/8 heads; this kernel ~270).
+// an H200 (4096 tokens, 32/8 heads; this kernel ~330).
 //
-// A block is two warpgroups of consumers, 128 query tokens of one sequence and one q head: 64
-// a warpgroup, 16 a warp; and one producer warp, which loads the tiles of 64 keys both
-// warpgroups read. Per tile, a warpgroup computes S = Q·Kᵀ as 8 (head dim 128) or 4 MMAs of
-// 64 x 64 x 16, Q from registers and K from shared memory; the online softmax in registers as
-// before; then O += P·V as 2 MMAs of 64 x head dim x 16 per 16 keys (P's two bf16 parts), V
-// from shared memory read N-major. The next tile's Q·Kᵀ starts with this tile's P·V, so that
-// its softmax runs while P·V does.
+// A block is two consumer warpgroups, 128 query tokens of one sequence and one q head: 64 a
+// warpgroup, 16 a warp; and a producer warpgroup, which loads the tiles of 64 keys both
+// consumers read. Per tile, a consumer warpgroup computes S = Q·Kᵀ as 8 (head dim 128) or 4
+// MMAs of 64 x 64 x 16, Q from registers and K from shared memory; the online softmax in
+// registers as before; then O += P·V as 2 MMAs of 64 x head dim x 16 per 16 keys (P's two
+// bf16 parts), V from shared memory read N-major. The next tile's Q·Kᵀ starts with this
+// tile's P·V, so that its softmax runs while P·V does.
 // The producer copies K and V from the paged cache by cp.async into the 128-byte swizzle the
-// MMAs read (wgmma.cuh), kStages tiles ahead at most; shared-memory barriers say when a
-// tile has landed (the hardware arrives for each producer lane once its copies have) and when
+// MMAs read (wgmma.cuh), kStages tiles ahead at most; shared-memory barriers say when a tile
+// has landed (the hardware arrives for each producer thread once its copies have) and when
 // every consumer warp is done with a buffer, so that the consumers issue no copies and never
 // wait at a block barrier.
 //
 // Measured against simpler versions (H200, 4096 tokens, 32/8 heads): one warpgroup a block,
 // two blocks an SM, waiting for each MMA group: ~253 TFLOP/s; two warpgroups a block: ~253;
 // with the softmax overlapped: ~260, and ~243 with one warpgroup a block; every thread
-// copying, a block barrier a tile: ~269. Loads by TMA (16 boxes of one cache block a tile)
-// were slower, ~233: the MMAs waited for their tile in half the tiles.
+// copying, a block barrier a tile: ~269; loads by TMA (16 boxes of one cache block a tile),
+// ~233: the MMAs waited for their tile in half the tiles. The producer warpgroup: ~330 (3
+// buffers ~319; 5 or 6 buffers, or the consumer warpgroups taking turns at their MMAs as
+// FlashAttention 3's ping-pong, no faster). Nsight Compute: the tensor pipe busy 53% of the
+// time; the consumers' largest stall is their own instructions' latency.
 #include "attention_prefill_tile.cuh"
 #include "cp_async.cuh"
 #include "mbarrier.cuh"
@@ -35,7 +38,7 @@ constexpr int kGroups = 2;            // consumer warpgroups a block, each kRows
 constexpr int kConsumers = kGroups * kThreads;
 constexpr int kBlockThreads = kConsumers + kThreads;  // and the producer warpgroup
 
-constexpr int kStages = 4;  // tile buffers: the producer runs up to kStages - 1 tiles ahead of the next tile's MMAs
+constexpr int kStages = 4;  // tile buffers: the producer runs up to 3 tiles ahead of the MMAs
 
 template <int HD>
 struct SwizzledTiles {

@@ -13,8 +13,9 @@
 // Order: registers an MMA reads or accumulates are written before wgmmaFence(); the MMAs
 // then run until wgmmaWait(), which the accumulators are read after and the A fragments kept
 // until (holdRegisters keeps the compiler from moving their uses across these points). Shared memory written by ordinary
-// stores or cp.async is made visible to the MMAs by proxyFence() before the barrier that
-// publishes it.
+// stores or cp.async is made visible to the MMAs by proxyFence(): the writer's, before the
+// barrier that publishes it; or, where copies land on their own (cp.async arriving on an
+// mbarrier, mbarrier.cuh), the reader's, after its wait.
 #pragma once
 #include <cstdint>
 
