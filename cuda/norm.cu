@@ -103,9 +103,9 @@ constexpr int kWarpRowsThreads = 128;
 // rmsNormKernel for many rows (prefill-sized steps): a warp a row, kWarpRowsThreads / 32 rows a
 // block (up to ~160 registers a thread at 16 runs: three blocks an SM).
 // A lane's share of its row (runs of 8 at (32 j + lane) 8) loads at once and stays as stored;
-// w comes in the second pass (the block's warps share it through L1). A block a row spent ~29
-// us on Qwen3-8B's 4096 rows of 4096 (2.3 TB/s of DRAM): a block barrier pair and one short
-// round trip a row.
+// w comes in the second pass (the block's warps share it through L1). On Qwen3-8B's 4096 rows
+// of 4096 (H200): ~26 us against ~28 for a block a row (its block barrier pair and one short
+// round trip a row); 1.87 against 2.04 ms over a 4096-token step.
 template <typename T, typename W, int RUNS>
 __global__ void rmsNormWarpRowsKernel(T* out, const T* x, const W* w, int64_t rows, int64_t dim, float eps) {
   awaitPrior();
