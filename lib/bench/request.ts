@@ -6,7 +6,12 @@ import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { performance } from 'node:perf_hooks';
 
+import { traceSetting } from '../engine/options.js';
+import { wallClock } from '../engine/trace.js';
+import { SENT_AT_HEADER } from '../server/trace.js';
 import { sseData } from './sse.js';
+
+const TRACING = traceSetting();
 
 export interface CompletionRequest {
   /** Server root, e.g. http://127.0.0.1:8000 */
@@ -50,7 +55,11 @@ export async function streamCompletion(req: CompletionRequest): Promise<RequestR
       // Token-id prompts and ignore_eos make lengths exact on every engine (vLLM, SGLang and ours accept both).
       model: req.model, prompt: req.promptIds, max_tokens: req.maxTokens, ignore_eos: true, temperature: 0,
       stream: true, stream_options: { include_usage: true },
-    }), req.apiKey ? { authorization: `Bearer ${req.apiKey}` } : {}, req.signal);
+    }), {
+      ...(req.apiKey ? { authorization: `Bearer ${req.apiKey}` } : {}),
+      // MSTAR_TRACE: our server's trace line then starts at this send (wall clock, this machine).
+      ...(TRACING ? { [SENT_AT_HEADER]: String(wallClock()) } : {}),
+    }, req.signal);
     const status = res.statusCode ?? 0;
     if (status < 200 || status >= 300) {
       result.error = `HTTP ${status}: ${(await text(res).catch(() => '')).slice(0, 300)}`;

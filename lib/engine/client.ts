@@ -6,6 +6,7 @@ import { Worker } from 'node:worker_threads';
 import { packageRoot } from '../addon/loader.js';
 import type { EngineOptions } from './options.js';
 import type { AdapterInfo, FromEngine, ToEngine, WorkerInit } from './protocol.js';
+import { wallClock } from './trace.js';
 import type { EngineStats, GenerateRequest, ModelInfo, RequestOutput } from './types.js';
 
 export type { EngineOptions } from './options.js';
@@ -171,6 +172,7 @@ export class EngineClient {
     if (m.type === 'outputs') {
       this.latest = m.stats;
       for (const o of m.outputs) {
+        if (o.trace) o.trace.delivered = wallClock();
         const q = this.queues.get(o.id);
         if (!q) continue;
         if (o.error !== undefined) {

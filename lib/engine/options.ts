@@ -27,6 +27,8 @@ export interface EngineOptions {
   cudaGraphs?: boolean;
   /** Decode steps enqueued before the previous one's samples are read (default: on cuda; MSTAR_OVERLAP=0 turns it off). */
   overlapSteps?: boolean;
+  /** Each request's first output carries its times on the engine thread (EngineTrace; default: MSTAR_TRACE). */
+  trace?: boolean;
 }
 
 /** What the options ask for cannot be met by this model or machine (the server names its config file). */
@@ -85,6 +87,15 @@ export function loraGemmRowsSetting(env: NodeJS.ProcessEnv = process.env): numbe
 /** MSTAR_PROFILE=1: the model runner times its steps and prints a summary (every 1000 steps, and at close). */
 export function profileSetting(env: NodeJS.ProcessEnv = process.env): boolean {
   return envSwitch('MSTAR_PROFILE', env) === true;
+}
+
+/**
+ * MSTAR_TRACE=1: where each streamed request's first token spends its time, across the
+ * client (the bench's x-mstar-sent-at header), the HTTP thread and the engine thread: one
+ * line a request on the server's stderr (server/trace.ts).
+ */
+export function traceSetting(env: NodeJS.ProcessEnv = process.env): boolean {
+  return envSwitch('MSTAR_TRACE', env) === true;
 }
 
 /** Without a size in the options, the cache holds every batch row at full length, within

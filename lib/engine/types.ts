@@ -53,6 +53,26 @@ export interface RequestOutput {
   /** Prompt tokens served from the prefix cache. */
   cachedPromptTokens: number;
   outputTokens: number;
+  /** On a request's first output, with tracing on (EngineOptions.trace): its times on the way. */
+  trace?: EngineTrace;
+}
+
+/**
+ * Where a request's first output spent its time (MSTAR_TRACE): wall-clock ms
+ * (performance.timeOrigin + performance.now(), comparable across threads and processes of
+ * one machine).
+ */
+export interface EngineTrace {
+  /** The request reached the engine thread. */
+  received: number;
+  /** The first step() after that began and returned: as a rule the one that launched the request's step. */
+  launchStart: number;
+  launchEnd: number;
+  /** The step() that returned this output began and returned (the launching one, where steps do not overlap). */
+  readStart: number;
+  readEnd: number;
+  /** The output reached the HTTP thread (set there). */
+  delivered?: number;
 }
 
 /** Engine counters the metrics endpoint reads. */

@@ -6,8 +6,9 @@ import { parentPort, workerData } from 'node:worker_threads';
 import { addon } from '../addon/index.js';
 import { CPU, cudaPlacement, loadModel, type Placement } from '../models/index.js';
 import { Engine, EngineError } from './engine.js';
-import { engineLimits, LimitsError } from './options.js';
+import { engineLimits, LimitsError, traceSetting } from './options.js';
 import type { FromEngine, ToEngine, WorkerInit } from './protocol.js';
+import { RequestTracer, wallClock } from './trace.js';
 
 const port = parentPort!;
 const send = (m: FromEngine): void => port.postMessage(m);
@@ -61,6 +62,9 @@ try {
   process.exit(1);
 }
 
+/** MSTAR_TRACE: the requests' first outputs carry their times here (trace.ts). */
+const tracer = ((workerData as WorkerInit).trace ?? traceSetting()) ? new RequestTracer() : undefined;
+
 let stepping = false;
 function loop(): void {
   if (!engine.hasWork()) {
@@ -76,7 +80,9 @@ function loop(): void {
   const stepsBefore = engine.stats().steps;
   let ran = false;
   try {
+    const start = tracer && wallClock();
     const outputs = engine.step();
+    if (tracer) tracer.stepped(outputs, start!, wallClock());
     const stats = engine.stats();  // once per step: it walks the waiting list
     // Progress: a step ran, or an overlapped step's samples were read.
     ran = stats.steps !== stepsBefore || outputs.length > 0;
@@ -93,10 +99,12 @@ function loop(): void {
 
 port.on('message', (m: ToEngine) => {
   if (m.type === 'add') {
+    tracer?.received(m.request.id);
     try {
       engine.add(m.request);
     } catch (e) {
       if (!(e instanceof EngineError)) throw e;
+      tracer?.forget(m.request.id);
       send({ type: 'rejected', id: m.request.id, message: e.message });
       return;
     }
@@ -114,6 +122,7 @@ port.on('message', (m: ToEngine) => {
     const found = engine.unloadAdapter(m.name);
     send({ type: 'adapterResult', call: m.call, found, adapters: adapters(), stats: engine.stats() });
   } else if (m.type === 'abort') {
+    tracer?.forget(m.id);
     const out = engine.abort(m.id);
     if (out) send({ type: 'outputs', outputs: [out], stats: engine.stats() });
   } else {

@@ -26,6 +26,8 @@ export interface AppOptions {
   metrics?: ServerMetrics;
   /** Fastify's request logging (off by default; the CLI turns it on). */
   logger?: boolean;
+  /** Takes each streamed request's first-token trace line (MSTAR_TRACE; off by default). */
+  trace?: (line: string) => void;
 }
 
 export function buildApp(opts: AppOptions): FastifyInstance {
@@ -37,6 +39,7 @@ export function buildApp(opts: AppOptions): FastifyInstance {
     config: opts.config,
     modelName: opts.config.served_model_name,
     metrics: opts.metrics ?? new ServerMetrics(() => opts.engine.stats(), opts.config.served_model_name),
+    trace: opts.trace,
   };
 
   // Every body is read as JSON whatever its content-type: `curl -d` sends form encoding.

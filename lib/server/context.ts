@@ -11,4 +11,6 @@ export interface ServerContext {
   config: ServeConfig;
   /** The name clients must put in `model`. */
   modelName: string;
+  /** MSTAR_TRACE: takes each streamed request's first-token trace line (trace.ts). */
+  trace?: (line: string) => void;
 }

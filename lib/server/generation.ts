@@ -1,6 +1,6 @@
 // One request's trip through the engine, shared by both OpenAI routes: token ids in,
 // releasable text out, with stop strings, the disconnect abort and the latency metrics.
-import type { FinishReason, SamplingParams, TokenLogprob, RequestOutput } from '../engine/types.js';
+import type { EngineTrace, FinishReason, SamplingParams, TokenLogprob, RequestOutput } from '../engine/types.js';
 import { RequestDetokenizer, type TokenDecoder } from '../tokenizer/detokenizer.js';
 import type { Engine } from './engine_port.js';
 import type { ServerMetrics } from './metrics.js';
@@ -33,6 +33,8 @@ export interface GenerationStep {
   /** Aligned with tokenIds when logprobs were asked for. */
   logprobs: TokenLogprob[];
   end?: GenerationEnd;
+  /** The engine's trace, on the request's first output (MSTAR_TRACE). */
+  trace?: EngineTrace;
 }
 
 export interface GenerationDeps {
@@ -81,7 +83,7 @@ export async function* runGeneration(deps: GenerationDeps, input: GenerationInpu
       if (out.finishReason !== undefined) engineDone = true;
       lastOutputAt = observeLatency(metrics, input.arrivedAt, lastOutputAt, out);
 
-      const step: GenerationStep = { text: '', tokenIds: [], logprobs: [] };
+      const step: GenerationStep = { text: '', tokenIds: [], logprobs: [], ...(out.trace ? { trace: out.trace } : {}) };
       let stopString: string | null = null;
       for (let i = 0; i < out.newTokenIds.length && stopString === null; i++) {
         const tokenId = out.newTokenIds[i];

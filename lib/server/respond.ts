@@ -2,6 +2,7 @@
 // the same steps, so a streamed response concatenates to exactly the non-streamed one.
 import type { FastifyReply } from 'fastify';
 
+import { wallClock } from '../engine/trace.js';
 import type { SamplingParams, TokenLogprob } from '../engine/types.js';
 import { disconnectSignal } from './disconnect.js';
 import { ApiError, internalError, invalidRequest } from './errors.js';
@@ -9,6 +10,7 @@ import { type GenerationDeps, type GenerationEnd, type GenerationStep, runGenera
 import { type Usage, usageOf } from './openai.js';
 import type { RequestSettings } from './sampling.js';
 import { SseStream } from './sse.js';
+import { traceLine } from './trace.js';
 
 /** How one API words its responses (completions and chat differ only here). */
 export interface Presenter {
@@ -28,6 +30,8 @@ export interface RouteRequest {
   params: SamplingParams;
   settings: RequestSettings;
   arrivedAt: number;
+  /** Wall-clock ms of the client's send, where it said (MSTAR_TRACE's x-mstar-sent-at). */
+  sentAt?: number;
   adapter?: string;
 }
 
@@ -35,24 +39,32 @@ export interface RouteRequest {
  * Both routes' last step: the generation (aborted when the client goes away), answered as
  * `presenter` words it, streamed or whole as the settings ask.
  */
-export function generateAndRespond(deps: GenerationDeps, reply: FastifyReply, r: RouteRequest, presenter: Presenter): Promise<unknown> {
+export function generateAndRespond(
+  deps: GenerationDeps & { trace?: (line: string) => void }, reply: FastifyReply, r: RouteRequest, presenter: Presenter,
+): Promise<unknown> {
   const { settings } = r;
   const steps = runGeneration(
     deps,
     { id: r.id, promptIds: r.promptIds, params: r.params, stop: settings.stop, skipSpecialTokens: settings.skipSpecialTokens, arrivedAt: r.arrivedAt, adapter: r.adapter },
     disconnectSignal(reply),
   );
-  return respond(reply, steps, settings, presenter);
+  // MSTAR_TRACE: the first token's line, once its chunk is written (arrivedAt made wall-clock).
+  const { trace } = deps;
+  const written = trace && ((step: GenerationStep) => {
+    if (step.trace) trace(traceLine({ id: r.id, sentAt: r.sentAt, arrivedAt: performance.timeOrigin + r.arrivedAt, engine: step.trace, written: wallClock() }));
+  });
+  return respond(reply, steps, { ...settings, written }, presenter);
 }
 
+/** opts.written: called with each step once its chunk is written (streamed responses). */
 export async function respond(
   reply: FastifyReply,
   steps: AsyncGenerator<GenerationStep>,
-  opts: { stream: boolean; includeUsage: boolean },
+  opts: { stream: boolean; includeUsage: boolean; written?: (step: GenerationStep) => void },
   presenter: Presenter,
 ): Promise<unknown> {
   if (!opts.stream) return collect(steps, presenter);
-  await stream(reply, steps, opts.includeUsage, presenter);
+  await stream(reply, steps, opts, presenter);
   return reply;
 }
 
@@ -67,7 +79,10 @@ async function collect(steps: AsyncGenerator<GenerationStep>, presenter: Present
   throw internalError('the generation ended without a result');
 }
 
-async function stream(reply: FastifyReply, steps: AsyncGenerator<GenerationStep>, includeUsage: boolean, presenter: Presenter): Promise<void> {
+async function stream(
+  reply: FastifyReply, steps: AsyncGenerator<GenerationStep>, opts: { includeUsage: boolean; written?: (step: GenerationStep) => void },
+  presenter: Presenter,
+): Promise<void> {
   const sse = new SseStream(reply);
   try {
     for (const chunk of presenter.opening()) await sse.send(chunk);
@@ -76,7 +91,8 @@ async function stream(reply: FastifyReply, steps: AsyncGenerator<GenerationStep>
       if (!sse.open) return;
       const chunk = presenter.chunk(step);
       if (chunk !== null) await sse.send(chunk);
-      if (step.end !== undefined && includeUsage) await sse.send(presenter.usageChunk(usageOf(step.end)));
+      opts.written?.(step);
+      if (step.end !== undefined && opts.includeUsage) await sse.send(presenter.usageChunk(usageOf(step.end)));
     }
   } catch (e) {
     // Headers are gone already: the error travels as an event, in the same OpenAI shape.

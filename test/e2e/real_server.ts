@@ -18,13 +18,16 @@ export interface RealServer {
   metric(name: string): Promise<number>;
 }
 
-export async function startServer(edit: (c: ServeConfig) => void = () => {}, overrides: ServeOverrides = {}): Promise<RealServer> {
+/** trace: MSTAR_TRACE on both threads, the server's lines to this function. */
+export async function startServer(
+  edit: (c: ServeConfig) => void = () => {}, overrides: ServeOverrides = {}, trace?: (line: string) => void,
+): Promise<RealServer> {
   const config = loadServeConfig(undefined, { model: `${FIXTURES}/models/tiny-qwen3`, served_model_name: 'tiny', device: 'cpu', port: 0, ...overrides });
   config.max_seq_len = 256;
   config.kv_cache.num_blocks = 128;
   edit(config);
-  const engine = await EngineClient.start(engineOptionsOf(config));
-  const app = buildApp({ engine, tokenizer: Tokenizer.load(config.model), config });
+  const engine = await EngineClient.start({ ...engineOptionsOf(config), trace: trace !== undefined });
+  const app = buildApp({ engine, tokenizer: Tokenizer.load(config.model), config, trace });
   await app.listen({ host: '127.0.0.1', port: 0 });
   const url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
   return {

@@ -1,6 +1,7 @@
 // The whole server over real HTTP, on the real engine thread (CPU backend, tiny Qwen3).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
+import { SENT_AT_HEADER } from '../../lib/server/trace.js';
 import { readParityFixture } from '../parity/fixture.js';
 import { prompts } from '../engine/helpers.js';
 import { completionTokens, startServer, type RealServer } from './real_server.js';
@@ -97,4 +98,28 @@ describe('preemption under a tiny KV budget', () => {
     expect(await s.metric('mstar:num_preemptions_total')).toBeGreaterThan(0);
     expect(await s.metric('mstar:kv_cache_usage_perc')).toBe(0);
   }, 30_000);
+});
+
+describe('MSTAR_TRACE', () => {
+  it('gives a streamed request one line, its first token\'s times in order from the client\'s send', async () => {
+    const lines: string[] = [];
+    const s = await startServer(undefined, {}, (line) => lines.push(line));
+    try {
+      const sentAt = performance.timeOrigin + performance.now();
+      const headers = { 'content-type': 'application/json', [SENT_AT_HEADER]: String(sentAt) };
+      await (await s.post('/v1/completions', greedy([5, 6, 7], 3, { stream: true }), { headers })).text();
+      await (await s.post('/v1/completions', greedy([5, 6, 7], 3))).json();  // not streamed: no line
+      expect(lines).toHaveLength(1);
+      const m = /^mstar trace cmpl-\S+: sent (\S+), engine thread (\S+), launch (\S+) to (\S+), read (\S+) to (\S+), HTTP thread (\S+), written (\S+) \(ms/.exec(lines[0]);
+      expect(m, lines[0]).not.toBeNull();
+      const [sent, received, launchStart, launchEnd, readStart, readEnd, delivered, written] = m!.slice(1).map(Number);
+      expect(sent).toBeLessThan(0);  // before the handler began
+      expect(received).toBeGreaterThanOrEqual(0);
+      // (On the cpu one step() both launches and reads: the same times.)
+      for (const [before, after] of [[received, launchStart], [launchStart, launchEnd], [launchStart, readStart], [launchEnd, readEnd],
+        [readStart, readEnd], [readEnd, delivered], [delivered, written]]) expect(after).toBeGreaterThanOrEqual(before);
+    } finally {
+      await s.close();
+    }
+  });
 });

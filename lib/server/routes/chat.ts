@@ -11,6 +11,7 @@ import { parseMessages } from '../messages.js';
 import { newRequestId, resolveModel, unixSeconds, usageOf } from '../openai.js';
 import { generateAndRespond, type Presenter } from '../respond.js';
 import { parseSettings, samplingParamsFor } from '../sampling.js';
+import { sentAtOf } from '../trace.js';
 
 export function registerChat(app: FastifyInstance, ctx: ServerContext): void {
   app.post('/v1/chat/completions', async (request, reply) => {
@@ -60,7 +61,7 @@ export function registerChat(app: FastifyInstance, ctx: ServerContext): void {
       }),
     };
 
-    return generateAndRespond(ctx, reply, { id, promptIds, params, settings, arrivedAt, adapter: model.adapter }, presenter);
+    return generateAndRespond(ctx, reply, { id, promptIds, params, settings, arrivedAt, sentAt: sentAtOf(request.headers), adapter: model.adapter }, presenter);
   });
 }
 

@@ -8,6 +8,7 @@ import { newRequestId, resolveModel, unixSeconds, usageOf } from '../openai.js';
 import { completionPromptIds } from '../prompt.js';
 import { generateAndRespond, type Presenter } from '../respond.js';
 import { parseSettings, samplingParamsFor } from '../sampling.js';
+import { sentAtOf } from '../trace.js';
 
 export function registerCompletions(app: FastifyInstance, ctx: ServerContext): void {
   app.post('/v1/completions', async (request, reply) => {
@@ -57,6 +58,6 @@ export function registerCompletions(app: FastifyInstance, ctx: ServerContext): v
       }),
     };
 
-    return generateAndRespond(ctx, reply, { id, promptIds, params, settings, arrivedAt, adapter: model.adapter }, presenter);
+    return generateAndRespond(ctx, reply, { id, promptIds, params, settings, arrivedAt, sentAt: sentAtOf(request.headers), adapter: model.adapter }, presenter);
   });
 }
