@@ -9,6 +9,7 @@ import type { ServeConfig } from '../config/schema.js';
 import { EngineClient } from '../engine/client.js';
 import type { EngineStats } from '../engine/types.js';
 import { buildApp } from '../server/app.js';
+import { stderrTrace } from '../server/trace.js';
 import { Tokenizer } from '../tokenizer/tokenizer.js';
 
 export interface LocalServer {
@@ -35,7 +36,7 @@ export function withoutLora(config: ServeConfig): ServeConfig {
 export async function startLocalServer(config: ServeConfig, onProgress?: (message: string) => void): Promise<LocalServer> {
   const tokenizer = Tokenizer.load(config.model);
   const engine = await EngineClient.start(engineOptionsOf(config, onProgress));
-  const app = buildApp({ engine, tokenizer, config });
+  const app = buildApp({ engine, tokenizer, config, trace: stderrTrace() });
   try {
     await app.listen({ host: config.server.host, port: config.server.port });
   } catch (e) {

@@ -8,8 +8,8 @@ import { DEMO_NAME, demoModel } from '../config/demo.js';
 import { ConfigError, loadServeConfig } from '../config/load.js';
 import type { ServeConfig } from '../config/schema.js';
 import { EngineClient, EngineStartError } from '../engine/client.js';
-import { traceSetting } from '../engine/options.js';
 import { buildApp } from '../server/app.js';
+import { stderrTrace } from '../server/trace.js';
 import { Tokenizer } from '../tokenizer/tokenizer.js';
 
 export const SERVE_HELP = `usage: mstar serve [--config serve.yaml] [--model DIR] [options]
@@ -110,9 +110,7 @@ export async function runServe(args: string[]): Promise<number> {
     process.stderr.write(`${values.config ?? 'mstar serve'}: ${e.message}\n`);
     return 2;
   }
-  // MSTAR_TRACE: a line a streamed request on stderr (the engine thread reads the same switch).
-  const trace = traceSetting() ? (line: string) => process.stderr.write(`${line}\n`) : undefined;
-  const app = buildApp({ engine, tokenizer, config, trace });
+  const app = buildApp({ engine, tokenizer, config, trace: stderrTrace() });
   try {
     await app.listen({ host: config.server.host, port: config.server.port });
   } catch (e) {

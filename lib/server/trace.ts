@@ -4,9 +4,15 @@
 // (EngineTrace) to the write, in ms from the route handler's start.
 import type { IncomingHttpHeaders } from 'node:http';
 
+import { traceSetting } from '../engine/options.js';
 import type { EngineTrace } from '../engine/types.js';
 
 export const SENT_AT_HEADER = 'x-mstar-sent-at';
+
+/** With MSTAR_TRACE=1, where the server's lines go: stderr (the engine thread reads the same switch). */
+export function stderrTrace(): ((line: string) => void) | undefined {
+  return traceSetting() ? (line) => process.stderr.write(`${line}\n`) : undefined;
+}
 
 /** The client's send time from its header, or undefined (absent, or not a number). */
 export function sentAtOf(headers: IncomingHttpHeaders): number | undefined {
