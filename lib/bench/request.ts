@@ -6,8 +6,7 @@ import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { performance } from 'node:perf_hooks';
 
-import { traceSetting } from '../engine/options.js';
-import { wallClock } from '../engine/trace.js';
+import { traceSetting, wallClock } from '../engine/trace.js';
 import { SENT_AT_HEADER } from '../server/trace.js';
 import { sseData } from './sse.js';
 

@@ -7,6 +7,7 @@ import { KvCache } from '../models/kv_cache.js';
 import type { Placement } from '../models/placement.js';
 import type { LoraOptions } from '../lora/manager.js';
 import type { EngineLimits } from './engine.js';
+import { envSwitch } from './env_switch.js';
 import { memoryBesidesKv, totalBytes, type MemoryPlan } from './memory.js';
 
 export interface EngineOptions {
@@ -34,18 +35,6 @@ export interface EngineOptions {
 /** What the options ask for cannot be met by this model or machine (the server names its config file). */
 export class LimitsError extends Error {
   override name = 'LimitsError';
-}
-
-const OFF = ['0', 'false', 'off', 'no'];
-const ON = ['1', 'true', 'on', 'yes'];
-
-/** A boolean switch from the environment: undefined when unset or empty; throws on anything else unclear. */
-function envSwitch(name: string, env: NodeJS.ProcessEnv): boolean | undefined {
-  const raw = env[name]?.trim().toLowerCase();
-  if (!raw) return undefined;
-  if (OFF.includes(raw)) return false;
-  if (ON.includes(raw)) return true;
-  throw new Error(`${name}=${env[name]} is not understood: use 1 or 0`);
 }
 
 /**
@@ -87,15 +76,6 @@ export function loraGemmRowsSetting(env: NodeJS.ProcessEnv = process.env): numbe
 /** MSTAR_PROFILE=1: the model runner times its steps and prints a summary (every 1000 steps, and at close). */
 export function profileSetting(env: NodeJS.ProcessEnv = process.env): boolean {
   return envSwitch('MSTAR_PROFILE', env) === true;
-}
-
-/**
- * MSTAR_TRACE=1: where each streamed request's first token spends its time, across the
- * client (the bench's x-mstar-sent-at header), the HTTP thread and the engine thread: one
- * line a request on the server's stderr (server/trace.ts).
- */
-export function traceSetting(env: NodeJS.ProcessEnv = process.env): boolean {
-  return envSwitch('MSTAR_TRACE', env) === true;
 }
 
 /** Without a size in the options, the cache holds every batch row at full length, within

@@ -3,7 +3,17 @@
 // for the HTTP thread to add its own times to.
 import { performance } from 'node:perf_hooks';
 
+import { envSwitch } from './env_switch.js';
 import type { EngineTrace, RequestOutput } from './types.js';
+
+/**
+ * MSTAR_TRACE=1: where each streamed request's first token spends its time, across the
+ * client (the bench's x-mstar-sent-at header), the HTTP thread and the engine thread: one
+ * line a request on the server's stderr (server/trace.ts).
+ */
+export function traceSetting(env: NodeJS.ProcessEnv = process.env): boolean {
+  return envSwitch('MSTAR_TRACE', env) === true;
+}
 
 /** Wall-clock ms, comparable across threads and processes of one machine. */
 export const wallClock = (): number => performance.timeOrigin + performance.now();

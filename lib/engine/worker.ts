@@ -6,9 +6,9 @@ import { parentPort, workerData } from 'node:worker_threads';
 import { addon } from '../addon/index.js';
 import { CPU, cudaPlacement, loadModel, type Placement } from '../models/index.js';
 import { Engine, EngineError } from './engine.js';
-import { engineLimits, LimitsError, traceSetting } from './options.js';
+import { engineLimits, LimitsError } from './options.js';
 import type { FromEngine, ToEngine, WorkerInit } from './protocol.js';
-import { RequestTracer, wallClock } from './trace.js';
+import { RequestTracer, traceSetting, wallClock } from './trace.js';
 
 const port = parentPort!;
 const send = (m: FromEngine): void => port.postMessage(m);

@@ -4,7 +4,7 @@
 // (EngineTrace) to the write, in ms from the route handler's start.
 import type { IncomingHttpHeaders } from 'node:http';
 
-import { traceSetting } from '../engine/options.js';
+import { traceSetting } from '../engine/trace.js';
 import type { EngineTrace } from '../engine/types.js';
 
 export const SENT_AT_HEADER = 'x-mstar-sent-at';
