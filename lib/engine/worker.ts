@@ -80,9 +80,9 @@ function loop(): void {
   const stepsBefore = engine.stats().steps;
   let ran = false;
   try {
-    const start = tracer && wallClock();
+    const start = tracer ? wallClock() : 0;
     const outputs = engine.step();
-    if (tracer) tracer.stepped(outputs, start!, wallClock());
+    tracer?.stepped(outputs, start, wallClock());
     const stats = engine.stats();  // once per step: it walks the waiting list
     // Progress: a step ran, or an overlapped step's samples were read.
     ran = stats.steps !== stepsBefore || outputs.length > 0;

@@ -83,7 +83,7 @@ export async function* runGeneration(deps: GenerationDeps, input: GenerationInpu
       if (out.finishReason !== undefined) engineDone = true;
       lastOutputAt = observeLatency(metrics, input.arrivedAt, lastOutputAt, out);
 
-      const step: GenerationStep = { text: '', tokenIds: [], logprobs: [], ...(out.trace ? { trace: out.trace } : {}) };
+      const step: GenerationStep = { text: '', tokenIds: [], logprobs: [], trace: out.trace };
       let stopString: string | null = null;
       for (let i = 0; i < out.newTokenIds.length && stopString === null; i++) {
         const tokenId = out.newTokenIds[i];
