@@ -167,81 +167,110 @@ __global__ __launch_bounds__(1024) void ropeKvTilesKernel(RopeKvArgs<bf16, C, W>
 }
 
 // ropeKvKernel for prefill-sized steps with no delta: a block a token, its angles' cos and sin
-// once into shared memory (every q and k head turns by the same ones), then a warp a head at
-// a time, lane l holding dims D l .. D l + D - 1 in registers; a dim's RoPE partner (half
-// away) is `half / D` lanes away, a shuffle. The warp-per-head kernel issued ~590
-// instructions a head (its own sincos, a row through shared memory, element by element):
-// Qwen3-0.6B's 4096-row step spent 131 us a layer in it, at 8% of DRAM bandwidth.
+// once into shared memory (every q and k head turns by the same ones). The token's qkv row is
+// read in 16-byte chunks of D elements, L = headDim / D lanes a head, and each thread issues
+// the loads of all its chunks (up to kRowChunks) before it works on any: Qwen3-8B's 12 KB row
+// is then in flight at once. A dim's RoPE partner is half / D lanes away and a head's sum of
+// squares is over its L lanes: shuffles. H200, over a 4096-token step (bench/prefill_step.mjs,
+// OPS=1): Qwen3-8B 2.09 -> 1.81 ms, Qwen3-0.6B 0.98 -> 0.88 against a warp a head at a time
+// with 8 bytes a lane (one load a warp in flight); before that, a warp a head with its own
+// sincos and its row through shared memory had taken 131 us a layer at Qwen3-0.6B (now 31).
 constexpr int kRowsThreads = 256;
+constexpr int kRowChunks = 4;  // Qwen3-8B's 48 heads of 128 dims are 768 chunks: 3 a thread
 constexpr int kMaxHalf = 128;
 
-template <typename T, typename C, typename W, int D>
+template <typename T, typename C, typename W>
 __global__ __launch_bounds__(kRowsThreads) void ropeKvRowsKernel(RopeKvArgs<T, C, W> a) {
+  constexpr int D = 16 / sizeof(T);
   __shared__ float cosAt[kMaxHalf], sinAt[kMaxHalf];
   const int64_t t = blockIdx.x;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, hd = a.l.headDim, half = a.half;
+  const int hd = a.l.headDim, half = a.half, lanes = hd / D, partner = half / D;
+  const int chunks = (a.l.numHeads + 2 * a.l.numKvHeads) * lanes;
+  const bool normed = a.qNorm || a.kNorm;
+  T* row = a.qkv + t * a.rowWidth;  // chunk c: head c / L, dims D (c % L) ..
+  uint4 raw[kRowChunks];
+  // Chunks base + k kRowsThreads + threadIdx.x; the same k are past the row for the whole block.
+  auto load = [&](int base) {
+#pragma unroll
+    for (int k = 0; k < kRowChunks; ++k)
+      if (base + k * kRowsThreads < chunks)
+        raw[k] = reinterpret_cast<const uint4*>(row)[min(base + k * kRowsThreads + int(threadIdx.x), chunks - 1)];
+  };
   awaitPrior();
+  load(0);
   const float pos = float(a.positions[t]);
   const int64_t slot = a.slots[t];
+  const bool cached = slot >= 0 && slot < a.numSlots;
   for (int i = threadIdx.x; i < half; i += blockDim.x) sincosf(pos * a.invFreq[i], &sinAt[i], &cosAt[i]);
   __syncthreads();
-  const int d0 = lane * D;
-  const bool low = d0 < half, rotary = d0 < 2 * half;
-  const int angle = low ? d0 : d0 - half;  // the lane's dims' angles: angle ..
-  const int heads = a.l.numHeads + 2 * a.l.numKvHeads;
-  for (int h = warp; h < heads; h += blockDim.x / 32) {
-    const bool isQ = h < a.l.numHeads, isV = h >= a.l.numHeads + a.l.numKvHeads;
-    T* x = a.qkv + t * a.rowWidth + int64_t(h) * hd + d0;
-    float v[D];
-    loadVec<T, D>(v, x);
-    C* cacheRow = nullptr;
-    if (!isQ && slot >= 0 && slot < a.numSlots)
-      cacheRow = (isV ? a.vCache : a.kCache) + slot * a.l.numKvHeads * hd +
-                 int64_t(h - a.l.numHeads - (isV ? a.l.numKvHeads : 0)) * hd + d0;
-    if (!isV) {
-      if (const W* norm = isQ ? a.qNorm : a.kNorm) {
+  for (int base = 0; base < chunks; base += kRowChunks * kRowsThreads) {
+    if (base > 0) load(base);
+#pragma unroll
+    for (int k = 0; k < kRowChunks; ++k) {
+      if (base + k * kRowsThreads >= chunks) break;
+      // Lanes past the row work on its last chunk (their warp's shuffles need them) and store nothing.
+      const int c = base + k * kRowsThreads + int(threadIdx.x), h = min(c, chunks - 1) / lanes;
+      const int d0 = min(c, chunks - 1) % lanes * D;
+      const bool isQ = h < a.l.numHeads, isV = h >= a.l.numHeads + a.l.numKvHeads;
+      const T* e = reinterpret_cast<const T*>(&raw[k]);
+      float v[D];
+#pragma unroll
+      for (int i = 0; i < D; ++i) v[i] = toF(e[i]);
+      if (normed) {
         float ss = 0;
 #pragma unroll
-        for (int e = 0; e < D; ++e) ss += v[e] * v[e];
-        const float r = 1.0f / sqrtf(warpSum(ss) / float(hd) + a.eps);
+        for (int i = 0; i < D; ++i) ss += v[i] * v[i];
+        for (int o = lanes / 2; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        const W* norm = isQ ? a.qNorm : a.kNorm;
+        if (!isV && norm) {
+          const float r = 1.0f / sqrtf(ss / float(hd) + a.eps);
 #pragma unroll
-        for (int e = 0; e < D; ++e) v[e] = toF(fromF<T>(toF(norm[d0 + e]) * (v[e] * r)));
-      }
-      float partner[D];
-#pragma unroll
-      for (int e = 0; e < D; ++e) partner[e] = __shfl_xor_sync(0xffffffffu, v[e], half / D);
-      if (rotary) {
-#pragma unroll
-        for (int e = 0; e < D; ++e) {
-          const float c = cosAt[angle + e], s = sinAt[angle + e];
-          v[e] = low ? v[e] * c - partner[e] * s : v[e] * c + partner[e] * s;
+          for (int i = 0; i < D; ++i) v[i] = toF(fromF<T>(toF(norm[d0 + i]) * (v[i] * r)));
         }
       }
-      T stored[D];
+      float other[D];
 #pragma unroll
-      for (int e = 0; e < D; ++e) stored[e] = fromF<T>(v[e]);
-      storeVec<T, D>(x, stored);
+      for (int i = 0; i < D; ++i) other[i] = __shfl_xor_sync(0xffffffffu, v[i], partner);
+      if (c >= chunks) continue;
+      if (!isV) {
+        if (d0 < 2 * half) {
+          const bool low = d0 < half;
+          const int angle = low ? d0 : d0 - half;  // the chunk's dims' angles: angle ..
 #pragma unroll
-      for (int e = 0; e < D; ++e) v[e] = toF(stored[e]);
-    }
-    if (cacheRow) {
-      C out[D];
+          for (int i = 0; i < D; ++i) {
+            const float cs = cosAt[angle + i], sn = sinAt[angle + i];
+            v[i] = low ? v[i] * cs - other[i] * sn : v[i] * cs + other[i] * sn;
+          }
+        }
+        T stored[D];
 #pragma unroll
-      for (int e = 0; e < D; ++e) out[e] = fromF<C>(v[e]);
-      storeVec<C, D>(cacheRow, out);
+        for (int i = 0; i < D; ++i) stored[i] = fromF<T>(v[i]);
+        storeVec<T, D>(row + int64_t(c) * D, stored);
+#pragma unroll
+        for (int i = 0; i < D; ++i) v[i] = toF(stored[i]);
+      }
+      if (!isQ && cached) {
+        C* cacheRow = (isV ? a.vCache : a.kCache) + slot * a.l.numKvHeads * hd +
+                      int64_t(h - a.l.numHeads - (isV ? a.l.numKvHeads : 0)) * hd + d0;
+        C out[D];
+#pragma unroll
+        for (int i = 0; i < D; ++i) out[i] = fromF<C>(v[i]);
+        storeVec<C, D>(cacheRow, out);
+      }
     }
   }
 }
 
-// Whether ropeKvRowsKernel<D> takes this layout: headDim = 32 D, the rotary half a multiple of
-// D a power-of-two lanes wide, D-element runs aligned in qkv and the caches (a cache row
-// starts a whole number of heads in).
+// Whether ropeKvRowsKernel takes this layout: 16-byte chunks of D elements, headDim / D lanes a
+// head and the rotary half / D lanes each a power of two up to a warp, the rows and the caches'
+// D-element runs aligned (a cache row starts a whole number of heads in).
 bool rowsKernelTakes(const void* qkv, size_t elem, int64_t rowWidth, const KvCache& c, size_t cacheElem, HeadLayout l,
-                     int half, int D) {
-  const int lanes = half / D;
+                     int half) {
+  const int D = int(16 / elem), lanes = l.headDim / D;
+  const auto pow2 = [](int x) { return x > 0 && (x & (x - 1)) == 0; };
   const auto aligned = [&](const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
-  return l.headDim == 32 * D && half <= kMaxHalf && half % D == 0 && lanes > 0 && (lanes & (lanes - 1)) == 0 &&
-         rowWidth % D == 0 && aligned(qkv, D * elem) && aligned(c.k, D * cacheElem) && aligned(c.v, D * cacheElem);
+  return l.headDim % D == 0 && pow2(lanes) && lanes <= 32 && half <= kMaxHalf && half % D == 0 && pow2(half / D) &&
+         rowWidth % D == 0 && aligned(qkv, 16) && aligned(c.k, D * cacheElem) && aligned(c.v, D * cacheElem);
 }
 
 }  // namespace
@@ -269,11 +298,8 @@ void ropeKvWrite(DType act, void* qkv, const int32_t* positions, const float* in
           }
         }
         if (!d.t && n >= kPrefillRows) {  // ropeKvRowsKernel; below, a warp a head
-          auto rows = [&](auto kernel) { launch("ropeKvWrite kernel", kernel, unsigned(n), kRowsThreads, 0, a); };
-          auto takes = [&](int D) { return rowsKernelTakes(qkv, sizeof(T), a.rowWidth, c, sizeof(C), l, half, D); };
-          if (takes(2)) return rows(ropeKvRowsKernel<T, C, W, 2>);
-          if (takes(4)) return rows(ropeKvRowsKernel<T, C, W, 4>);
-          if (takes(8)) return rows(ropeKvRowsKernel<T, C, W, 8>);
+          if (rowsKernelTakes(qkv, sizeof(T), a.rowWidth, c, sizeof(C), l, half))
+            return launch("ropeKvWrite kernel", ropeKvRowsKernel<T, C, W>, unsigned(n), kRowsThreads, 0, a);
         }
         // Few rows (decode): blocks of 2 warps, so that a delta's bT spreads over more SMs (a block
         // of 8 at one row read a sixth of Qwen3-8B's 196 KB through one SM's share of L2).
