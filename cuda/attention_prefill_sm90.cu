@@ -1,14 +1,14 @@
-// Prefill attention on Hopper's warpgroup MMA (wgmma, sm_90a): the same contract and
-// arithmetic as prefillKernel (attention_prefill.cu), whose mma.sync reached ~200 TFLOP/s on
-// an H200 (4096 tokens, 32/8 heads; this kernel ~330).
+// Prefill attention on Hopper's warpgroup MMA (wgmma, sm_90a): the same contract as
+// prefillKernel (attention_prefill.cu, which keeps P in two bf16 parts), whose mma.sync
+// reached ~200 TFLOP/s on an H200 (4096 tokens, 32/8 heads; this kernel ~405).
 //
 // A block is two consumer warpgroups, 128 query tokens of one sequence and one q head: 64 a
-// warpgroup, 16 a warp; and a producer warpgroup, which loads the tiles of 64 keys both
+// warpgroup, 16 a warp; and a producer warpgroup, which loads the tiles of 128 keys both
 // consumers read. Per tile, a consumer warpgroup computes S = Q·Kᵀ as 8 (head dim 128) or 4
-// MMAs of 64 x 64 x 16, Q from registers and K from shared memory; the online softmax in
-// registers as before; then O += P·V as 2 MMAs of 64 x head dim x 16 per 16 keys (P's two
-// bf16 parts), V from shared memory read N-major. The next tile's Q·Kᵀ starts with this
-// tile's P·V, so that its softmax runs while P·V does.
+// MMAs of 64 x 128 x 16, Q from registers and K from shared memory; the online softmax in
+// registers as before; then O += P·V as an MMA of 64 x head dim x 16 per 16 keys, P rounded
+// once to bf16 (as FlashAttention does; see below), V from shared memory read N-major. The
+// next tile's Q·Kᵀ starts with this tile's P·V, so that its softmax runs while P·V does.
 // The producer copies K and V from the paged cache by cp.async into the 128-byte swizzle the
 // MMAs read (wgmma.cuh), kStages tiles ahead at most; shared-memory barriers say when a tile
 // has landed (the hardware arrives for each producer thread once its copies have) and when
@@ -23,6 +23,13 @@
 // buffers ~319; 5 or 6 buffers, or the consumer warpgroups taking turns at their MMAs as
 // FlashAttention 3's ping-pong, no faster). Nsight Compute: the tensor pipe busy 53% of the
 // time; the consumers' largest stall is their own instructions' latency.
+// P rounded once to bf16 rather than in two bf16 parts (hi and the rest, which made P·V twice
+// the MMAs and a third of the loop's instructions): 328 -> 381 TFLOP/s; then tiles of 128
+// keys rather than 64 (half the barrier waits, row maxima and O rescales a key; 3 buffers):
+// ~405. The demo model's greedy tokens against f32 did not move (1527 of 1536 positions
+// either way, demo_bf16.test.ts); an output element is no longer the f32 result rounded
+// (two thirds are), but within a bf16 rounding of each weight (attention.test.ts bounds it).
+// Keeping P and V in f16 (V converted by the producer) cost more than it saved: ~290.
 #include "attention_prefill_tile.cuh"
 #include "cp_async.cuh"
 #include "mbarrier.cuh"
@@ -33,12 +40,13 @@ namespace {
 
 using namespace prefill;
 
-constexpr int kRegion = kKeys * 128;  // bytes of one 64-dim block of a tile: 64 keys of 128 bytes
-constexpr int kGroups = 2;            // consumer warpgroups a block, each kRows query tokens
+constexpr int kTileKeys = 128;           // keys a tile (prefillKernel's tiles are kKeys)
+constexpr int kRegion = kTileKeys * 128;  // bytes of one 64-dim block of a tile: a key's 128 bytes
+constexpr int kGroups = 2;                // consumer warpgroups a block, each kRows query tokens
 constexpr int kConsumers = kGroups * kThreads;
 constexpr int kBlockThreads = kConsumers + kThreads;  // and the producer warpgroup
 
-constexpr int kStages = 4;  // tile buffers: the producer runs up to 3 tiles ahead of the MMAs
+constexpr int kStages = 3;  // tile buffers: the producer runs up to 2 tiles ahead of the MMAs
 
 template <int HD>
 struct SwizzledTiles {
@@ -50,7 +58,7 @@ struct SwizzledTiles {
   uint8_t v[kStages][kBytes];
   uint64_t landed[kStages];  // a phase a tile: each producer thread's copies of it have landed
   uint64_t freed[kStages];   // a phase a tile: each consumer warp's MMAs on it are done
-  int32_t rows[2][kKeys];    // the cache rows of the tile the producer loads (cacheRowOf)
+  int32_t rows[2][kTileKeys];  // the cache rows of the tile the producer loads (cacheRowOf)
 };
 
 // Shared memory a block asks for: the tiles, and room to start them at a 1024-byte boundary
@@ -83,11 +91,11 @@ __device__ void produce(const PrefillArgs& p, SwizzledTiles<HD>& tiles, const in
     // The tile's cache rows, in one of two arrays: the barrier after the last tile's ensured
     // every thread was done reading this one.
     int32_t* rows = tiles.rows[tile % 2];
-    if (t < kKeys) rows[t] = cacheRowOf(p, table, tile * kKeys + t, loadEnd);
+    if (t < kTileKeys) rows[t] = cacheRowOf(p, table, tile * kTileKeys + t, loadEnd);
     asm volatile("bar.sync 1, %0;\n" ::"n"(kThreads) : "memory");  // (barrier 0 is __syncthreads')
     if (tile >= kStages) barrierWait(&tiles.freed[buf], (tile / kStages - 1) & 1);
 #pragma unroll
-    for (int row = row0; row < kKeys; row += kRowStep) {
+    for (int row = row0; row < kTileKeys; row += kRowStep) {
       const int32_t at = rows[row];
       const int64_t off = int64_t(at < 0 ? 0 : at) * kvWidth;
       copy16(tiles.k[buf] + SwizzledTiles<HD>::at(row, chunk), kHead + off, at >= 0);
@@ -120,7 +128,7 @@ __global__ __launch_bounds__(kBlockThreads, 1) void prefillSm90Kernel(PrefillArg
   const int blockPos = int(ctx - (qEnd - q0));
   const int blockRows = int(min(int64_t(kGroups * kRows), qEnd - q0));
   const int loadEnd = int(min(int64_t(blockPos) + blockRows, maxKeys));
-  const int numTiles = (loadEnd + kKeys - 1) / kKeys;
+  const int numTiles = (loadEnd + kTileKeys - 1) / kTileKeys;
   const int32_t* table = p.tables + int64_t(seq) * p.maxBlocks;
 
   if (threadIdx.x == 0) {
@@ -158,7 +166,7 @@ __global__ __launch_bounds__(kBlockThreads, 1) void prefillSm90Kernel(PrefillArg
   float o[HD / 8][4] = {};
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0, l1 = 0;
   // The tiles this warpgroup computes: those before its last row's keys (none without rows).
-  const int ownTiles = rows > 0 ? (keyEnd + kKeys - 1) / kKeys : 0;
+  const int ownTiles = rows > 0 ? (keyEnd + kTileKeys - 1) / kTileKeys : 0;
 
   // Tile `tile` has landed: visible to the MMAs (the copies wrote through the generic proxy).
   auto landed = [&](int tile) {
@@ -173,8 +181,8 @@ __global__ __launch_bounds__(kBlockThreads, 1) void prefillSm90Kernel(PrefillArg
 
   // S = Q·Kᵀ for tile `tile` into s, issued: K's tile is a K-major B (a key's dims
   // contiguous), a k-step 32 bytes along its rows, the second 64 dims a block further.
-  float s[kKeys / 8][4];
-  float(&sFlat)[32] = reinterpret_cast<float(&)[32]>(s);
+  float s[kTileKeys / 8][4];
+  float(&sFlat)[kTileKeys / 2] = reinterpret_cast<float(&)[kTileKeys / 2]>(s);
   // Every MMA's descriptor is buffer 0's plus a constant offset (descAt). Made from each
   // MMA's address, it cost a chain of dependent integer ops before each MMA: ~1% of the time.
   const uint64_t k0 = swizzledDesc(tiles.k[0], 16, 1024), v0 = swizzledDesc(tiles.v[0], kRegion, 1024);
@@ -185,7 +193,7 @@ __global__ __launch_bounds__(kBlockThreads, 1) void prefillSm90Kernel(PrefillArg
     const uint64_t k = bufferDesc(k0, tile);
 #pragma unroll
     for (int ks = 0; ks < kSteps; ++ks)
-      wgmma64x64<0>(sFlat, qa[ks], descAt(k, (ks / 4) * kRegion + (ks % 4) * 32), ks > 0);
+      wgmma64x128<0>(sFlat, qa[ks], descAt(k, (ks / 4) * kRegion + (ks % 4) * 32), ks > 0);
     wgmmaCommit();
   };
   // The online softmax of tile `tile`'s scores, once they are in s: masked, the new row maxima,
@@ -196,7 +204,7 @@ __global__ __launch_bounds__(kBlockThreads, 1) void prefillSm90Kernel(PrefillArg
   bool grew = false;
   auto softmax = [&](int tile) {
     float t0 = m0, t1 = m1;
-    maskedRowMax(s, tile * kKeys, firstPos, keyEnd, pair, pos0, pos1, live0, live1, t0, t1);
+    maskedRowMax(s, tile * kTileKeys, firstPos, keyEnd, pair, pos0, pos1, live0, live1, t0, t1);
     const float base0 = t0 == -INFINITY ? 0 : t0 * p.scaleLog2, base1 = t1 == -INFINITY ? 0 : t1 * p.scaleLog2;
     grew = t0 > m0 || t1 > m1;
     if (grew) {
@@ -208,7 +216,7 @@ __global__ __launch_bounds__(kBlockThreads, 1) void prefillSm90Kernel(PrefillArg
     m0 = t0;
     m1 = t1;
 #pragma unroll
-    for (int nt = 0; nt < kKeys / 8; ++nt) {
+    for (int nt = 0; nt < kTileKeys / 8; ++nt) {
       s[nt][0] = exp2Approx(fmaf(s[nt][0], p.scaleLog2, -base0));
       s[nt][1] = exp2Approx(fmaf(s[nt][1], p.scaleLog2, -base0));
       s[nt][2] = exp2Approx(fmaf(s[nt][2], p.scaleLog2, -base1));
@@ -231,21 +239,20 @@ __global__ __launch_bounds__(kBlockThreads, 1) void prefillSm90Kernel(PrefillArg
   for (int tile = 0; tile < numTiles; ++tile) {
     if (tile + 1 < numTiles) landed(tile + 1);
     if (tile < ownTiles) {  // (the same for all the warpgroup's threads)
-      // P's A fragments, 16 keys a k-step, in two bf16 parts (prefillKernel says why); O takes
-      // the tile's rescale; then tile + 1's scores and this tile's P·V start.
-      uint32_t hi[kKeys / 16][4], lo[kKeys / 16][4];
+      // P's A fragments in bf16, 16 keys a k-step; O takes the tile's rescale; then tile + 1's
+      // scores and this tile's P·V start.
+      uint32_t pa[kTileKeys / 16][4];
 #pragma unroll
-      for (int st = 0; st < kKeys / 16; ++st)
+      for (int st = 0; st < kTileKeys / 16; ++st)
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const float(&x)[4] = s[st * 2 + half];
-          split(x[0], x[1], hi[st][half * 2], lo[st][half * 2]);
-          split(x[2], x[3], hi[st][half * 2 + 1], lo[st][half * 2 + 1]);
+          pa[st][half * 2] = pack(x[0], x[1]);
+          pa[st][half * 2 + 1] = pack(x[2], x[3]);
         }
       if (grew) scaleRows<HD>(o, keep0, keep1);
       holdRegisters(reinterpret_cast<float(&)[HD / 2]>(o));
-      holdRegisters(reinterpret_cast<uint32_t(&)[kKeys / 4]>(hi));
-      holdRegisters(reinterpret_cast<uint32_t(&)[kKeys / 4]>(lo));
+      holdRegisters(reinterpret_cast<uint32_t(&)[kTileKeys / 4]>(pa));
       wgmmaFence();
       // Past the last tile this reads a buffer no longer written (or never loaded): s is then
       // never read again.
@@ -253,11 +260,7 @@ __global__ __launch_bounds__(kBlockThreads, 1) void prefillSm90Kernel(PrefillArg
       // O += P·V: V's tile is an N-major B (a key's dims contiguous), a k-step 16 keys down.
       const uint64_t vTile = bufferDesc(v0, tile);
 #pragma unroll
-      for (int st = 0; st < kKeys / 16; ++st) {
-        const uint64_t v = descAt(vTile, st * 16 * 128);
-        addPV<HD>(o, hi[st], v);
-        addPV<HD>(o, lo[st], v);
-      }
+      for (int st = 0; st < kTileKeys / 16; ++st) addPV<HD>(o, pa[st], descAt(vTile, st * 16 * 128));
       wgmmaCommit();
       wgmmaWait<1>();  // the scores (committed first); P·V still runs
       holdRegisters(sFlat);

@@ -1,7 +1,7 @@
 // What both tensor-core prefill kernels share (attention_prefill.cu on mma.sync,
 // attention_prefill_sm90.cu on wgmma): a block's tile of query tokens of one sequence and one
-// q head, Q's fragments, the cache rows of a tile of 64 keys, the masked row maxima of its
-// scores, P's split into two bf16 parts, O's rescale, and the output rows.
+// q head, Q's fragments, the cache rows of a tile of keys, the masked row maxima of its
+// scores, P's split into two bf16 parts (prefillKernel's), O's rescale, and the output rows.
 #pragma once
 #include "attention_prefill.cuh"
 
@@ -94,11 +94,12 @@ __device__ __forceinline__ void loadQ(const PrefillArgs& p, int64_t row, int h, 
 // pos1): -inf where a row may not see the key (after its position, or from keyEnd on) or the
 // row is past the tile's tokens, unless every row sees every key of the tile; then t0, t1
 // (coming in as the rows' maxima so far) take the tile's (the 4 lanes of a quad share rows).
-__device__ __forceinline__ void maskedRowMax(float (&s)[kKeys / 8][4], int n0, int firstPos, int keyEnd, int pair, int pos0,
+template <int N8>  // the tile's keys / 8
+__device__ __forceinline__ void maskedRowMax(float (&s)[N8][4], int n0, int firstPos, int keyEnd, int pair, int pos0,
                                              int pos1, bool live0, bool live1, float& t0, float& t1) {
-  if (n0 + kKeys - 1 > firstPos || n0 + kKeys > keyEnd) {
+  if (n0 + N8 * 8 - 1 > firstPos || n0 + N8 * 8 > keyEnd) {
 #pragma unroll
-    for (int nt = 0; nt < kKeys / 8; ++nt)
+    for (int nt = 0; nt < N8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = n0 + nt * 8 + pair + (e & 1);
@@ -106,7 +107,7 @@ __device__ __forceinline__ void maskedRowMax(float (&s)[kKeys / 8][4], int n0, i
       }
   }
 #pragma unroll
-  for (int nt = 0; nt < kKeys / 8; ++nt) {
+  for (int nt = 0; nt < N8; ++nt) {
     t0 = fmaxf(t0, fmaxf(s[nt][0], s[nt][1]));
     t1 = fmaxf(t1, fmaxf(s[nt][2], s[nt][3]));
   }

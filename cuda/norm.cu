@@ -1,5 +1,6 @@
 // RMSNorm variants, as transformers computes them: x * (1 / sqrt(mean(x^2) + eps)), then * w.
 // Sums of squares in f32 (the CPU sums in f64; the difference is far below bf16's step).
+#include <algorithm>
 #include <type_traits>
 
 #include "common.cuh"
@@ -100,46 +101,68 @@ constexpr int64_t kWarpRows = 256;
 constexpr int64_t kWarpRowBytes = 32 * 256;
 constexpr int kWarpRowsThreads = 128;
 
-// rmsNormKernel for many rows (prefill-sized steps): a warp a row, kWarpRowsThreads / 32 rows a
-// block (up to ~160 registers a thread at 16 runs: three blocks an SM).
+// rmsNormKernel for many rows (prefill-sized steps): a warp a row at a time, the blocks (of
+// kWarpRowsThreads / 32 warps) as many as the SMs hold at once, each warp taking rows in turn.
 // A lane's share of its row (runs of 8 at (32 j + lane) 8) loads at once and stays as stored;
-// w comes in the second pass (the block's warps share it through L1). On Qwen3-8B's 4096 rows
-// of 4096 (H200): ~26 us against ~28 for a block a row (its block barrier pair and one short
-// round trip a row); 1.87 against 2.04 ms over a 4096-token step.
+// w comes from shared memory, copied there before the wait (no op writes a weight). On
+// Qwen3-8B's 4096 rows of 4096 (H200, a 4096-token step's 73 norms): 1.56 ms, against 1.88
+// for blocks of 4 rows that read w from L2 after the row's sum, and 2.04 for a block a row
+// with its block-barrier pair; Qwen3-0.6B's 1024-wide rows 0.33 ms either way.
 template <typename T, typename W, int RUNS>
 __global__ void rmsNormWarpRowsKernel(T* out, const T* x, const W* w, int64_t rows, int64_t dim, float eps) {
+  extern __shared__ uint4 wShared[];  // w's dim elements as stored
+  for (int64_t i = threadIdx.x; i < dim * int64_t(sizeof(W)) / 16; i += blockDim.x)
+    wShared[i] = reinterpret_cast<const uint4*>(w)[i];
   awaitPrior();
-  const int64_t row = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32;
-  if (row >= rows) return;
-  const int lane = threadIdx.x % 32;
+  __syncthreads();
+  const W* ws = reinterpret_cast<const W*>(wShared);
+  const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
   auto at = [&](int j) { return (int64_t(j) * 32 + lane) * 8; };
   constexpr int kChunks = 8 * int(sizeof(T)) / 16;  // 16-byte loads a run
-  uint4 raw[RUNS][kChunks];
+  for (int64_t row = blockIdx.x * int64_t(warps) + threadIdx.x / 32; row < rows; row += int64_t(gridDim.x) * warps) {
+    uint4 raw[RUNS][kChunks];
 #pragma unroll
-  for (int j = 0; j < RUNS; ++j)
-    if (at(j) < dim)
+    for (int j = 0; j < RUNS; ++j)
+      if (at(j) < dim)
 #pragma unroll
-      for (int c = 0; c < kChunks; ++c) raw[j][c] = reinterpret_cast<const uint4*>(x + row * dim + at(j))[c];
-  float ss = 0;
+        for (int c = 0; c < kChunks; ++c) raw[j][c] = reinterpret_cast<const uint4*>(x + row * dim + at(j))[c];
+    float ss = 0;
 #pragma unroll
-  for (int j = 0; j < RUNS; ++j) {
-    if (at(j) >= dim) continue;
-    const T* v = reinterpret_cast<const T*>(raw[j]);
+    for (int j = 0; j < RUNS; ++j) {
+      if (at(j) >= dim) continue;
+      const T* v = reinterpret_cast<const T*>(raw[j]);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) ss += toF(v[e]) * toF(v[e]);
+      for (int e = 0; e < 8; ++e) ss += toF(v[e]) * toF(v[e]);
+    }
+    const float r = 1.0f / sqrtf(warpSum(ss) / float(dim) + eps);
+#pragma unroll
+    for (int j = 0; j < RUNS; ++j) {
+      if (at(j) >= dim) continue;
+      const T* v = reinterpret_cast<const T*>(raw[j]);
+      float wf[8];
+      loadVec<W, 8>(wf, ws + at(j));
+      T o[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) o[e] = fromF<T>(wf[e] * (toF(v[e]) * r));
+      storeVec(out + row * dim + at(j), o);
+    }
   }
-  const float r = 1.0f / sqrtf(warpSum(ss) / float(dim) + eps);
-#pragma unroll
-  for (int j = 0; j < RUNS; ++j) {
-    if (at(j) >= dim) continue;
-    const T* v = reinterpret_cast<const T*>(raw[j]);
-    float wf[8];
-    loadVec<W, 8>(wf, w + at(j));
-    T o[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) o[e] = fromF<T>(wf[e] * (toF(v[e]) * r));
-    storeVec(out + row * dim + at(j), o);
-  }
+}
+
+// rmsNormWarpRowsKernel in as many blocks as the SMs hold at once (its registers bind them,
+// not the up to 16 KB of w), fewer where the rows are fewer.
+template <typename T, typename W, int RUNS>
+void launchWarpRows(T* out, const T* x, const W* w, int64_t rows, int64_t dim, float eps) {
+  constexpr auto kernel = rmsNormWarpRowsKernel<T, W, RUNS>;
+  static const int perSm = [] {
+    int n = 0;
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kWarpRowsThreads, kWarpRowBytes / sizeof(T) * sizeof(W)),
+          "rmsNorm kernel occupancy");
+    return std::max(n, 1);
+  }();
+  constexpr int perBlock = kWarpRowsThreads / 32;
+  const int64_t blocks = std::min((rows + perBlock - 1) / perBlock, int64_t(perSm) * smCount());
+  launch("rmsNorm kernel", kernel, unsigned(blocks), kWarpRowsThreads, size_t(dim) * sizeof(W), out, x, w, rows, dim, eps);
 }
 
 // residual += x (stored in T, rounded as a bf16 model's residual stream is), then the
@@ -255,15 +278,14 @@ void rmsNorm(DType act, void* out, const void* x, Weights w, int64_t rows, int64
       };
       const bool vec = runsOf8(x, dim, sizeof(T)) && runsOf8(out, dim, sizeof(T)) && runsOf8(w.data, dim, sizeof(W));
       if (vec && rows >= kWarpRows && dim % 256 == 0 && dim * int64_t(sizeof(T)) <= kWarpRowBytes) {
-        auto warpRows = [&](auto kernel) {
-          constexpr int perBlock = kWarpRowsThreads / 32;
-          launch("rmsNorm kernel", kernel, unsigned((rows + perBlock - 1) / perBlock), kWarpRowsThreads, 0,
-              static_cast<T*>(out), static_cast<const T*>(x), static_cast<const W*>(w.data), rows, dim, eps);
+        auto warpRows = [&](auto runs) {
+          launchWarpRows<T, W, decltype(runs)::value>(static_cast<T*>(out), static_cast<const T*>(x),
+              static_cast<const W*>(w.data), rows, dim, eps);
         };
         const int64_t runs = dim / 256;  // a lane's runs of 8; up to 16 (bf16) or 8 (f32)
-        if (runs <= 4) warpRows(rmsNormWarpRowsKernel<T, W, 4>);
-        else if (runs <= 8) warpRows(rmsNormWarpRowsKernel<T, W, 8>);
-        else warpRows(rmsNormWarpRowsKernel<T, W, int(kWarpRowBytes / 32 / (8 * sizeof(T)))>);
+        if (runs <= 4) warpRows(std::integral_constant<int, 4>{});
+        else if (runs <= 8) warpRows(std::integral_constant<int, 8>{});
+        else warpRows(std::integral_constant<int, int(kWarpRowBytes / 32 / (8 * sizeof(T)))>{});
         return;
       }
       if (vec && withRowRuns(dim, [&](auto runs) { args(rmsNormRunsKernel<T, W, decltype(runs)::value>); })) return;

@@ -89,7 +89,7 @@ const BATCHES: [string, Seq[], number, number?][] = [
   ['block size 1', [{ cached: 6, fresh: 3 }, { cached: 0, fresh: 4 }], 1],
   ['long decode, split across blocks', [{ cached: 3000, fresh: 1 }, { cached: 1500, fresh: 1 }, { cached: 40, fresh: 1 }], 16],
   ['long prefill chunk', [{ cached: 1200, fresh: 40 }], 32],
-  // bf16 steps with prefill go to tensor cores in tiles of 64 query tokens and 64 keys.
+  // bf16 steps with prefill go to tensor cores, in tiles of 64 or 128 query tokens and keys.
   ['prefill over several query tiles', [{ cached: 0, fresh: 150 }, { cached: 70, fresh: 65 }, { cached: 0, fresh: 2 }, { cached: 200, fresh: 1 }], 16],
   // A captured decode graph's table is as wide as the longest context allowed: short
   // contexts in it still split across blocks by their own lengths.
@@ -115,24 +115,34 @@ describeGpu('cuda paged attention', () => {
 });
 
 // The tensor-core prefill against the same step in f32 activations (the streaming kernel,
-// whose output is not rounded): as close as a bf16 output can be, the f32 result rounded
-// to bf16, but for values on a rounding boundary (f32 sums in another order).
+// whose output is not rounded). On sm_90a the weights P are rounded once to bf16 (as
+// FlashAttention does): each within 2^-9 of itself, so the output moves by at most 2^-9 of
+// the weighted mean of |v| (|v| <= 2 here), and its own rounding adds 2^-9 of its size. Most
+// elements (two thirds measured; 99.9% with prefillKernel's two-part P) are still exactly
+// the f32 result rounded.
 describeGpu('cuda prefill attention on tensor cores', () => {
-  // Block sizes: 16 (the default), 128 (a tile of 64 keys inside one cache block), 8 (eight
-  // blocks a tile) and 24 (not a power of two: a key's block found by division).
+  // Block sizes: 16 (the default), 128 (a tile's keys inside one cache block), 8 (many blocks
+  // a tile) and 24 (not a power of two: a key's block found by division). The last two cases'
+  // contexts pass the tile buffers' count (3 of 128 keys on sm_90a): their barriers' phases.
   it.each([
     [{ numHeads: 4, numKvHeads: 2, headDim: 64 }, [{ cached: 0, fresh: 150 }, { cached: 40, fresh: 30 }, { cached: 0, fresh: 33 }], 16],
     [{ numHeads: 16, numKvHeads: 8, headDim: 128 }, [{ cached: 0, fresh: 200 }, { cached: 100, fresh: 64 }], 16],
     [{ numHeads: 16, numKvHeads: 8, headDim: 128 }, [{ cached: 0, fresh: 200 }, { cached: 100, fresh: 64 }], 128],
     [{ numHeads: 4, numKvHeads: 2, headDim: 64 }, [{ cached: 13, fresh: 77 }, { cached: 0, fresh: 129 }], 8],
     [{ numHeads: 4, numKvHeads: 2, headDim: 128 }, [{ cached: 0, fresh: 150 }, { cached: 50, fresh: 70 }], 24],
+    [{ numHeads: 4, numKvHeads: 2, headDim: 128 }, [{ cached: 0, fresh: 700 }, { cached: 300, fresh: 260 }], 16],
+    [{ numHeads: 4, numKvHeads: 2, headDim: 64 }, [{ cached: 100, fresh: 530 }], 32],
   ] as [Layout, Seq[], number][])('%o, block size %i', (l, seqs, blockSize) => {
     const ref = step('cuda', 'f32', 'bf16', seqs, blockSize, l, 11, 1).out;
     const got = step('cuda', 'bf16', 'bf16', seqs, blockSize, l, 11, 1).out;
     const best = rounded('bf16', ref);
     let exact = 0;
-    for (let i = 0; i < got.length; i++) if (got[i] === best[i]) exact++;
-    expect(exact / got.length).toBeGreaterThanOrEqual(0.99);
+    for (let i = 0; i < got.length; i++) {
+      if (got[i] === best[i]) exact++;
+      const bound = 2 ** -9 * (2 + Math.abs(ref[i])) * (1 + 2 ** -10);
+      if (!(Math.abs(got[i] - ref[i]) <= bound)) expect.fail(`element [${i}]: got ${got[i]}, want ${ref[i]} within ${bound}`);
+    }
+    expect(exact / got.length).toBeGreaterThanOrEqual(0.5);
     expectClose(got, ref, 2 ** -8);
   });
 });
