@@ -9,11 +9,11 @@
 // which may hold NaN, never reach a product), two buffers: the next tile loads while a
 // warp works on this one. Per tile a warp computes S = Q·Kᵀ with
 // mma.m16n8k16 (bf16 in, f32 out), updates the running row max and sum (online softmax),
-// and adds P·V to its f32 output, P split in two bf16 parts.
+// and adds P·V to its f32 output, P rounded to bf16.
 // Causality: the query at position p sees keys 0..p; the tiles after the block's last
 // query are never loaded.
 // On a device that runs this library's sm_90a code, prefillAttention hands the step to the
-// wgmma kernel of attention_prefill_sm90.cu instead (the same arithmetic).
+// wgmma kernel of attention_prefill_sm90.cu instead (the same arithmetic, tiles of 128 keys).
 #include "attention_prefill.cuh"
 #include "attention_prefill_tile.cuh"
 #include "cp_async.cuh"
@@ -136,14 +136,14 @@ __global__ __launch_bounds__(kThreads, 2) void prefillKernel(PrefillArgs p) {
     }
     m0 = t0;
     m1 = t1;
-    // O += P·V, 16 keys (a k-step) at a time: P's A fragments (two 8-key tiles), in two
-    // bf16 parts, P = hi + lo, so that P·V in two products keeps P to about 16 bits.
-    // (Rounding P to one bf16, as flash attention does, cost the demo model 12% of its
-    // greedy tokens identical to f32.) V's B fragments by ldmatrix.trans, two 8-dim column
-    // tiles a load.
+    // O += P·V, 16 keys (a k-step) at a time: P's A fragments (two 8-key tiles) rounded to
+    // bf16, as FlashAttention does. (P in two bf16 parts, hi + lo, kept it to ~16 bits for
+    // twice P·V's MMAs; the demo model's greedy tokens against f32 did not move without it,
+    // 1527 of 1536 positions either way.) V's B fragments by ldmatrix.trans, two 8-dim
+    // column tiles a load.
 #pragma unroll
     for (int st = 0; st < kKeys / 16; ++st) {
-      uint32_t hi[4], lo[4];
+      uint32_t pa[4];
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const float(&x)[4] = s[st * 2 + half];
@@ -151,8 +151,8 @@ __global__ __launch_bounds__(kThreads, 2) void prefillKernel(PrefillArgs p) {
         const float e2 = exp2Approx(fmaf(x[2], p.scaleLog2, -base1)), e3 = exp2Approx(fmaf(x[3], p.scaleLog2, -base1));
         l0 += e0 + e1;
         l1 += e2 + e3;
-        split(e0, e1, hi[half * 2], lo[half * 2]);
-        split(e2, e3, hi[half * 2 + 1], lo[half * 2 + 1]);
+        pa[half * 2] = pack(e0, e1);
+        pa[half * 2 + 1] = pack(e2, e3);
       }
 #pragma unroll
       for (int dt = 0; dt < HD / 8; dt += 2) {
@@ -162,10 +162,8 @@ __global__ __launch_bounds__(kThreads, 2) void prefillKernel(PrefillArgs p) {
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                      : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
                      : "r"(unsigned(__cvta_generic_to_shared(src))));
-        mma(o[dt], hi, b[0], b[1]);
-        mma(o[dt], lo, b[0], b[1]);
-        mma(o[dt + 1], hi, b[2], b[3]);
-        mma(o[dt + 1], lo, b[2], b[3]);
+        mma(o[dt], pa, b[0], b[1]);
+        mma(o[dt + 1], pa, b[2], b[3]);
       }
     }
   }

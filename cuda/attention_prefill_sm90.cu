@@ -1,6 +1,6 @@
-// Prefill attention on Hopper's warpgroup MMA (wgmma, sm_90a): the same contract as
-// prefillKernel (attention_prefill.cu, which keeps P in two bf16 parts), whose mma.sync
-// reached ~200 TFLOP/s on an H200 (4096 tokens, 32/8 heads; this kernel ~405).
+// Prefill attention on Hopper's warpgroup MMA (wgmma, sm_90a): the same contract and
+// arithmetic as prefillKernel (attention_prefill.cu), whose mma.sync reached ~200 TFLOP/s on
+// an H200 (4096 tokens, 32/8 heads; this kernel ~405).
 //
 // A block is two consumer warpgroups, 128 query tokens of one sequence and one q head: 64 a
 // warpgroup, 16 a warp; and a producer warpgroup, which loads the tiles of 128 keys both

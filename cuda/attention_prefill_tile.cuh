@@ -1,7 +1,7 @@
 // What both tensor-core prefill kernels share (attention_prefill.cu on mma.sync,
 // attention_prefill_sm90.cu on wgmma): a block's tile of query tokens of one sequence and one
 // q head, Q's fragments, the cache rows of a tile of keys, the masked row maxima of its
-// scores, P's split into two bf16 parts (prefillKernel's), O's rescale, and the output rows.
+// scores, O's rescale, and the output rows.
 #pragma once
 #include "attention_prefill.cuh"
 
@@ -31,13 +31,6 @@ struct PrefillArgs {
 __device__ __forceinline__ uint32_t pack(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
-}
-
-// (x, y) as two bf16 pairs: hi rounded, lo the rest rounded (hi + lo within 2^-16 of x, y).
-__device__ __forceinline__ void split(float x, float y, uint32_t& hi, uint32_t& lo) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
-  hi = *reinterpret_cast<const uint32_t*>(&h);
-  lo = pack(x - __low2float(h), y - __high2float(h));
 }
 
 // The block's (sequence, first query token) for blocks of tileRows query tokens, or false

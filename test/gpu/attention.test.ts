@@ -115,11 +115,10 @@ describeGpu('cuda paged attention', () => {
 });
 
 // The tensor-core prefill against the same step in f32 activations (the streaming kernel,
-// whose output is not rounded). On sm_90a the weights P are rounded once to bf16 (as
-// FlashAttention does): each within 2^-9 of itself, so the output moves by at most 2^-9 of
-// the weighted mean of |v| (|v| <= 2 here), and its own rounding adds 2^-9 of its size. Most
-// elements (two thirds measured; 99.9% with prefillKernel's two-part P) are still exactly
-// the f32 result rounded.
+// whose output is not rounded). The weights P are rounded once to bf16 (as FlashAttention
+// does): each within 2^-9 of itself, so the output moves by at most 2^-9 of the weighted mean
+// of |v| (|v| <= 2 here), and its own rounding adds 2^-9 of its size. Most elements (two
+// thirds measured) are still exactly the f32 result rounded.
 describeGpu('cuda prefill attention on tensor cores', () => {
   // Block sizes: 16 (the default), 128 (a tile's keys inside one cache block), 8 (many blocks
   // a tile) and 24 (not a power of two: a key's block found by division). The last two cases'
