@@ -4,6 +4,7 @@
 //
 //   node bench/attention_prefill.mjs                    # T=4096, H=32 (Qwen3-8B's 32/8 heads)
 //   T=4096 H=16 node bench/attention_prefill.mjs        # Qwen3-0.6B's 16/8 heads
+//   HD=64 node bench/attention_prefill.mjs              # head dim 64 (Llama-3.2-1B's)
 //   REPS=1 ncu --kernel-name regex:prefill --launch-skip 2 --launch-count 1 \
 //     --section SpeedOfLight --section InstructionStats node bench/attention_prefill.mjs
 //   MSTAR_WGMMA=0 node bench/attention_prefill.mjs     # on a Hopper GPU: mma.sync, not wgmma
@@ -12,7 +13,8 @@
 // and a checksum of the output (a change that should not move the numbers keeps it).
 import { addon } from '../dist/lib/addon/index.js';
 
-const T = Number(process.env.T ?? 4096), H = Number(process.env.H ?? 32), KV = 8, HD = 128, BS = 16;
+const T = Number(process.env.T ?? 4096), H = Number(process.env.H ?? 32), KV = 8, BS = 16;
+const HD = Number(process.env.HD ?? 128);  // 64: Llama-3.2-1B's heads
 const reps = Number(process.env.REPS ?? 10);
 const wave = (n, phase) => Float32Array.from({ length: n }, (_, i) => Math.sin(i * 12.9898 + phase) * 0.5);
 const k = addon.fromArray('bf16', [T / BS, BS, KV, HD], wave(T * KV * HD, 0), 'cuda');
