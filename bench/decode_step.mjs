@@ -1,0 +1,123 @@
+// One decode step of C sequences, each one token past a context of L, as the engine's graphs
+// run it: the model's forward on a workspace, captured STEPS times in one graph and replayed
+// (GPU ms a step, medians of REPS), LoRA off (no pool), base rows with the pool on (as the
+// engine runs a step where no row names an adapter), and every row on one adapter:
+//
+//   node bench/decode_step.mjs DIR     (DIR from `mstar synth --adapters 1` or more; its first adapter)
+//
+// SEQS=1,8,32 (C), LEN=192 (L), STEPS=8, REPS=7. DROP=1 also prints, for each mode at each C, what
+// each op costs the step in context: the step's time less the time of the same step captured
+// without that op's calls (ops before and after it then overlap as they would without it; the
+// numbers are timings only: the dropped op's outputs are stale). The isolated times of
+// prefill_step.mjs's OPS=1 overstate ops that overlap their neighbours (a projection's weights
+// stream into L2 during the kernel before it).
+// Needs dist/ and the addon (as bench/gpu_session.sh).
+import { readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+
+import { addon } from '../dist/lib/addon/index.js';
+import { ALL_TARGETS } from '../dist/lib/lora/adapter.js';
+import { LoraManager } from '../dist/lib/lora/manager.js';
+import { cudaPlacement, KvCache, loadModel, stepTensors } from '../dist/lib/models/index.js';
+import { Workspace } from '../dist/lib/models/workspace.js';
+
+const dir = process.argv[2];
+if (!dir) throw new Error('usage: node bench/decode_step.mjs DIR');
+const SEQS = (process.env.SEQS ?? '1,8,32').split(',').map(Number);
+const LEN = Number(process.env.LEN ?? 192), STEPS = Number(process.env.STEPS ?? 8), REPS = Number(process.env.REPS ?? 7);
+const BS = 16;
+const maxSeqs = Math.max(...SEQS);
+
+const model = loadModel(dir, { placement: cudaPlacement() });
+const lora = new LoraManager(model, { slots: 2, maxRank: 16, hostCache: 2, targets: ALL_TARGETS });
+const adapters = join(dir, 'adapters');
+const adapter = readdirSync(adapters).sort()[0];
+await lora.register(adapter, join(adapters, adapter));
+const slot = lora.acquire(lora.keyOf(adapter));
+if (typeof slot !== 'number') throw new Error(`${adapter}: no slot (${slot})`);
+const pool = lora.weights;
+const blocksPer = Math.ceil(LEN / BS);
+const kv = new KvCache(model.config, maxSeqs * blocksPer, BS, model.placement);
+const wsOff = new Workspace(model.config, model.placement, maxSeqs, maxSeqs);
+const wsOn = new Workspace(model.config, model.placement, maxSeqs, maxSeqs, pool.widths);
+
+/** The step tensors of C sequences' next tokens at position LEN - 1, rows on `rowSlot` (undefined: no LoRA plan). */
+function step(C, rowSlot) {
+  const vocab = model.config.vocabSize;
+  const tokens = Int32Array.from({ length: C }, (_, i) => 3 + ((i * 7919) % (vocab - 3)));
+  const rows = new Int32Array(C).fill(rowSlot ?? 0);
+  return stepTensors({
+    tokens,
+    positions: new Int32Array(C).fill(LEN - 1),
+    slots: Int32Array.from({ length: C }, (_, s) => s * blocksPer * BS + LEN - 1),
+    queryStarts: Int32Array.from({ length: C + 1 }, (_, s) => s),
+    contextLens: new Int32Array(C).fill(LEN),
+    blockTables: Int32Array.from({ length: C * blocksPer }, (_, i) => i),
+    maxBlocks: blocksPer,
+    logitRows: Int32Array.from({ length: C }, (_, s) => s),
+    lora: rowSlot === undefined ? undefined : { rowSlots: rows, logitSlots: rows, embedRows: Int32Array.from(tokens, (t) => rowSlot * vocab + t) },
+  }, model.placement.device);
+}
+
+const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
+
+/** GPU ms a step: STEPS forwards of s captured in one graph, replayed REPS times. */
+function stepMs(s, ws) {
+  const graph = addon.captureGraph(() => { for (let i = 0; i < STEPS; i++) model.forward(s, kv, ws).dispose(); });
+  graph.replay();
+  addon.synchronize();
+  const t = [];
+  for (let r = 0; r < REPS; r++) {
+    const t0 = performance.now();
+    graph.replay();
+    addon.synchronize();
+    t.push((performance.now() - t0) / STEPS);
+  }
+  graph.dispose();
+  return median(t);
+}
+
+const OPS = ['embedding', 'rmsNorm', 'addRmsNorm', 'linear', 'linearWide', 'loraShrink', 'linearExpand', 'loraExpand',
+  'ropeKvWrite', 'pagedAttention', 'siluMul', 'gatherRows'];
+// base: the pool on, no row on an adapter (the engine then runs its steps without a LoRA plan)
+const MODES = [['off', undefined, wsOff], ['base', undefined, wsOn], ['one', slot, wsOn]];
+console.log(`${dir}: ${model.config.numLayers} layers, hidden ${model.config.hiddenSize}; decode at context ${LEN}; GPU ms a step, medians of ${REPS} replays of ${STEPS} steps`);
+for (const C of SEQS) {
+  const times = {};
+  for (const [mode, rowSlot, ws] of MODES) {
+    model.lora = mode === 'off' ? undefined : pool;
+    const s = step(C, rowSlot);
+    model.forward(s, kv, ws).dispose();  // shapes made, cuBLASLt's picks timed as in the engine's warm-up
+    addon.gemmTuning(true);
+    try {
+      model.forward(s, kv, ws).dispose();
+    } finally {
+      addon.gemmTuning(false);
+    }
+    addon.synchronize();
+    const full = stepMs(s, ws);
+    times[mode] = full;
+    if (process.env.DROP === '1') {
+      const costs = [];
+      for (const op of OPS) {
+        const original = addon[op];
+        let calls = 0;
+        addon[op] = () => { calls++; };
+        try {
+          const without = stepMs(s, ws);
+          if (calls) costs.push(`${op} ${(full - without).toFixed(3)} (${calls / STEPS})`);
+        } finally {
+          addon[op] = original;
+        }
+      }
+      console.log(`  c=${C} ${mode}: ${full.toFixed(3)} ms; without each op, ms saved (calls a step): ${costs.join(', ')}`);
+    }
+    s.dispose();
+  }
+  console.log(`c=${C}: off ${times.off.toFixed(3)}, base ${times.base.toFixed(3)}, one ${times.one.toFixed(3)} ms ` +
+    `(base/off ${(times.off / times.base * 100).toFixed(1)}%, one/off ${(times.off / times.one * 100).toFixed(1)}%)`);
+}
+model.lora = pool;
+[wsOff, wsOn, kv].forEach((t) => t.dispose());
+lora.dispose();
