@@ -15,7 +15,12 @@
 //     12.6 / 12.0 at 2 rows, down 35.9 / 33.6. Where out > in it lost (0.6B gate_up at 2
 //     rows 4.7 / 6.2): its ring holds fewer weight stages, and more blocks re-read x.
 // It also starts early (programmatic dependent launch): its first weight stages stream while
-// the kernel before it ends, which cuBLASLt's kernels do not allow.
+// the kernel before it ends, which cuBLASLt's kernels do not allow. It prefetches nothing
+// more to L2 before the wait, as the GEMV does: the ring's stages already keep HBM busy, and
+// the first 16 MiB of the weight prefetched so had slowed every decode step it ran
+// (bench/decode_step.mjs, GPU ms a step, with / without: Qwen3-8B 2 rows 5.07 / 4.86, 4 rows
+// 5.28 / 5.09; Qwen3-0.6B 2 rows 0.94 / 0.91, 8 rows 1.016 / 0.996, 32 rows 1.443 / 1.435;
+// one adapter 0.5-1.2% faster).
 //
 // A block takes 16 outputs (weight rows) and all of `in`; its warps take turns along k, 32
 // at a time, so that together they read 512 neighbouring bytes of each row (each warp a span
@@ -65,7 +70,7 @@ constexpr size_t ringBytes(int ng, bool xr) {
 template <int NG, bool XR>
 __global__ __launch_bounds__(kWarps * 32) void gemvMmaKernel(bf16* out, const bf16* x, const bf16* w, int64_t ldw,
                                                              const void* bias, DType biasType, int n, int64_t in,
-                                                             int64_t outF, bool accumulate, unsigned prefetchBlocks) {
+                                                             int64_t outF, bool accumulate) {
   constexpr int kStages = stagesFor(NG, XR), kSlots = slotsFor(NG, XR);
   extern __shared__ uint4 ring[];  // [kStages][kWarps][kSlots][32]
   __shared__ float partial[kWarps][NG * 4][32];
@@ -75,10 +80,6 @@ __global__ __launch_bounds__(kWarps * 32) void gemvMmaKernel(bf16* out, const bf
   const int64_t steps = in / stride;
   // Rows past outF read the last row (valid memory); their outputs are not stored.
   auto row = [&](int r) { return w + min(o0 + r, outF - 1) * ldw + 32 * warp; };
-  // While the kernel before runs: the block's rows towards L2 (weights: no op of a step
-  // writes them), in the first prefetchBlocks blocks; the even warps' runs start lines.
-  if (blockIdx.x < prefetchBlocks && warp % 2 == 0)
-    for (int64_t i = lane; i < 16 * steps; i += 32) prefetchL2(row(int(i % 16)) + (i / 16) * stride);
   const bf16* w0 = row(g) + 8 * q;
   const bf16* w8 = row(g + 8) + 8 * q;
   const bf16* xr[NG];  // row 8 gi + g of x at the lane's k (null past n), once x is written
@@ -159,9 +160,8 @@ void launchGemvMma(bf16* out, const bf16* x, const bf16* w, int64_t ldw, const W
   }();
   (void)sized;
   const unsigned grid = blocksFor(outF, 16);
-  const unsigned prefetch = unsigned(std::min<int64_t>(grid, kPrefetchBytes / (16 * in * int64_t(sizeof(bf16)))));
   launch("linear tensor-core GEMV kernel", gemvMmaKernel<NG, XR>, grid, kWarps * 32, kRing, out, x, w, ldw,
-      bias ? bias->data : nullptr, bias ? bias->dtype : DType::F32, n, in, outF, accumulate, prefetch);
+      bias ? bias->data : nullptr, bias ? bias->dtype : DType::F32, n, in, outF, accumulate);
 }
 
 template <bool XR>

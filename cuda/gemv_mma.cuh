@@ -4,10 +4,6 @@
 
 namespace mstar::gpu {
 
-// How much of a decode projection's weights its kernel prefetches into L2 (of the H200's
-// 50 MB) while the kernel before it runs: what HBM can deliver in a few microseconds.
-constexpr int64_t kPrefetchBytes = 16 << 20;
-
 // out[n, outF] = x[n, in] · w[outF, in]ᵀ (+ bias; accumulate: out += it, rounded as linear
 // rounds), bf16 activations and weights, on tensor cores; false (nothing launched) where it
 // does not apply: other dtypes, rows outside its range, in not a multiple of 256,

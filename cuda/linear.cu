@@ -20,6 +20,18 @@ namespace {
 constexpr int kGemvWarps = 8;
 constexpr int kMaxGemvRows = 4;
 
+// How much of a weight the GEMV prefetches into L2 while the kernel before it runs: all of a
+// weight up to kWholePrefetch (every warp then streams from L2), else the rows of its first
+// blocks up to kPartPrefetch, about what HBM delivers while a norm or an activation runs.
+// More competes with the loads of the blocks that did not prefetch, which end the kernel:
+// bench/decode_step.mjs, Qwen3-8B at 1 row, GPU ms a step with 0 / 2 / 4 / 8 / 16 / 32 MiB:
+// LoRA off 4.55 / 4.51 / 4.50 / 4.54 / 4.67 / 4.74, one adapter 4.80 / 4.76 / 4.72 / 4.69 /
+// 4.77 / 4.84 (its delta ops are longer kernels to prefetch under); o, whose kernel before is
+// attention, with 16-34 MiB: 4.55-4.58 against 4.52. Qwen3-0.6B's weights (at
+// most 12.6 MB) are prefetched whole, which was fastest: 0.890 ms a step against 0.922 with
+// none and 0.914 with 4 MiB.
+constexpr int64_t kWholePrefetch = int64_t(16) << 20, kPartPrefetch = int64_t(8) << 20;
+
 // One warp per output feature. VEC: each lane takes 8 consecutive elements per step (one
 // 16-byte load of bf16 weights), which needs in % 8 == 0 and 16-byte aligned rows.
 // Graph-timed on an H200 (bench/gemv.mjs, against a measured 4.3 TB/s): Qwen3-8B's
@@ -92,7 +104,7 @@ __global__ __launch_bounds__(kGemvWarps * 32) void gemvKernel(T* out, const T* x
   // heads for L2 (no op of a step writes weights), so that the loop below reads it from
   // there: a wide row's b columns too, every slot's (which slot a row runs is not read
   // yet), or the loads after the loop went to HBM, a round trip at the end of the kernel.
-  // Only the first prefetchBlocks blocks: more would evict one another unread.
+  // Only the first prefetchBlocks blocks (see kPartPrefetch).
   const int64_t cols = wide.slotOfRow ? wide.in + wide.numSlots * wide.slotCols : in;
   if (blockIdx.x < prefetchBlocks && o < outF)
     for (int64_t byte = lane * 128; byte < cols * int64_t(sizeof(W)); byte += 32 * 128)
@@ -227,7 +239,9 @@ void launchGemv(T* out, const T* x, const W* w, int64_t ldw, const Weights* bias
                 const LoraExpandArgs& lora, bool accumulate, const WideRows& wide) {
   const unsigned grid = blocksFor(outF, kGemvWarps);
   const int64_t blockBytes = kGemvWarps * in * int64_t(sizeof(W));
-  const unsigned prefetch = blockBytes ? unsigned(std::min<int64_t>(grid, kPrefetchBytes / blockBytes)) : 0;
+  const int64_t weightBytes = outF * in * int64_t(sizeof(W));
+  const int64_t budget = weightBytes <= kWholePrefetch ? weightBytes : kPartPrefetch;
+  const unsigned prefetch = blockBytes ? unsigned(std::min<int64_t>(grid, (budget + blockBytes - 1) / blockBytes)) : 0;
   const void* b = bias ? bias->data : nullptr;
   DType bt = bias ? bias->dtype : DType::F32;
   const bool vec = in % 8 == 0 && ldw % 8 == 0 && (wide.slotOfRow ? wide.in : in) % 8 == 0 && aligned16(x) &&
