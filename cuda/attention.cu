@@ -5,9 +5,10 @@
 // Grid: (query token, kv head x q-head group, split). A block handles GT query heads
 // that share one kv head (GQA: each K/V row is read once for all of them) over one
 // split of the keys. Two kernels:
-//  - streamKernel (head dims 64/128/256 with 16-byte rows): a key row is read by a group
-//    of lanes with one 16-byte load each, so a warp holds several keys; the next round's
-//    K and V rows load while this round's are used, and the table entries of the round
+//  - streamKernel (head dims 64/128/256 with 16-byte rows; 4, 8 or 16 warps a block, see
+//    kNarrowWarps): a key row is read by a group of lanes with one 16-byte load each, so a
+//    warp holds several keys; the next round's K and V rows load while this round's are
+//    used, and the table entries of the round
 //    after that: rows always in flight, as bandwidth needs. Each lane group keeps its own
 //    softmax max and sums; they merge at the end.
 //  - generalKernel (any head dim): 4 warps take 32-key chunks in turn; in a chunk every
@@ -32,9 +33,21 @@
 namespace mstar::gpu {
 namespace {
 
-constexpr int kWarps = 4;
+constexpr int kWarps = 4;  // generalKernel's
 constexpr int kMinSplitKeys = 256;  // generalKernel: no split is shorter (its merge would cost more)
-constexpr int kMinStreamSplitKeys = 32;  // streamKernel: about one round of loads of a block
+// streamKernel's blocks and splits by the step's size. A step of no more (token, kv head)
+// blocks than SMs (decode of a few sequences) takes wide blocks, 16 warps (8 where a block has
+// more than 2 query heads: 16 cap a thread at 128 registers, under which those spill), and no
+// split under 256 keys: short contexts then take one block a kv head, which writes its output
+// itself (no partials, no ticket, no merge: each a round trip after the keys), and a long one
+// still spreads over splits. Larger steps keep blocks of 4 warps and splits of 32 keys: wide
+// blocks hold one an SM (their registers), and at Qwen3-0.6B's 64 sequences (512 blocks) took
+// 1.77 ms a step against 1.56. bench/decode_step.mjs, GPU ms a step at 1 and 8 sequences, 4
+// warps and 32 keys / wide: context 192, Qwen3-0.6B 0.884, 0.971 / 0.808, 0.883 (one adapter
+// 1.010, 1.107 / 0.931, 0.994); Qwen3-8B 4.48, 5.06 / 4.44, 4.92; context 2048, Qwen3-8B 4.90,
+// 5.77 / 4.63, 5.81.
+constexpr int kNarrowWarps = 4, kMinNarrowSplitKeys = 32, kMinWideSplitKeys = 256;
+__host__ __device__ constexpr int wideWarps(int gt) { return gt <= 2 ? 16 : 8; }
 constexpr int kMaxSplits = 64;
 
 struct Args {
@@ -54,6 +67,7 @@ struct Args {
   float scale;
   int numSplits;
   int64_t splitKeys;
+  int minShare;   // streamKernel: no split takes fewer keys
   float* partO;   // [tokens, numHeads, numSplits, headDim], each split's normalised output
   float* partML;  // [tokens, numHeads, numSplits, 2]: its running max (of scores in log2 units) and sum of weights
   int* tickets;   // streamKernel: [tokens, gridDim.y], zero between launches; null: combineKernel merges
@@ -105,9 +119,9 @@ __device__ __forceinline__ TokenKeys keysOf(const Args& p, int64_t t) {
 }
 
 // streamKernel's keys per split for a token with `count` keys: even shares, none shorter
-// than one round of loads.
+// than minShare.
 __device__ __forceinline__ int64_t streamShare(const Args& p, int64_t count) {
-  return max(int64_t(kMinStreamSplitKeys), (count + p.numSplits - 1) / p.numSplits);
+  return max(int64_t(p.minShare), (count + p.numSplits - 1) / p.numSplits);
 }
 
 // The cache row of `key`, or -1 where its table entry is outside the cache.
@@ -118,19 +132,19 @@ __device__ __forceinline__ int32_t slotOf(const Args& p, const int32_t* table, i
 // The end of both kernels: each warp left its running max, sum of weights and weighted
 // values (W >= headDim per head) in shared memory; merge them and write the output
 // (direct: this block saw all of the token's keys), or this split's partial.
-template <typename T, int GT, int W>
-__device__ void finishBlock(const Args& p, int64_t t, int h0, int split, bool direct, const float (&sM)[kWarps][GT],
-                            const float (&sL)[kWarps][GT], const float (&sAcc)[kWarps][GT][W]) {
+template <typename T, int GT, int W, int NW>
+__device__ void finishBlock(const Args& p, int64_t t, int h0, int split, bool direct, const float (&sM)[NW][GT],
+                            const float (&sL)[NW][GT], const float (&sAcc)[NW][GT][W]) {
   const int hd = p.headDim;
   for (int e = threadIdx.x; e < GT * hd; e += blockDim.x) {
     int g = e / hd, d = e % hd;
     float M = -INFINITY;
 #pragma unroll
-    for (int wi = 0; wi < kWarps; ++wi) M = fmaxf(M, sM[wi][g]);
+    for (int wi = 0; wi < NW; ++wi) M = fmaxf(M, sM[wi][g]);
     float L = 0, O = 0;
     if (M != -INFINITY) {
 #pragma unroll
-      for (int wi = 0; wi < kWarps; ++wi) {
+      for (int wi = 0; wi < NW; ++wi) {
         float f = exp2f(sM[wi][g] - M);
         L += sL[wi][g] * f;
         O += sAcc[wi][g][d] * f;
@@ -215,16 +229,16 @@ __device__ __forceinline__ float groupSum(float v) {
 
 // Head dim HD with rows of C aligned to 16 bytes: lanes sub = lane % LPK of group
 // lane / LPK hold elements [sub * EPL, sub * EPL + EPL) of one key row.
-template <typename T, typename C, int HD, int GT>
-__global__ __launch_bounds__(kWarps * 32, GT <= 2 ? 5 : GT <= 4 ? 4 : 2) void streamKernel(Args p) {
+template <typename T, typename C, int HD, int GT, int NW>
+__global__ __launch_bounds__(NW * 32, NW == kNarrowWarps ? (GT <= 2 ? 5 : GT <= 4 ? 4 : 2) : 1) void streamKernel(Args p) {
   awaitPrior();
   constexpr int EPL = 16 / int(sizeof(C));  // elements per 16-byte load
   constexpr int LPK = HD / EPL;             // lanes per key row
   constexpr int KPW = 32 / LPK;             // keys per warp per load round
   constexpr int U = GT > 4 ? 1 : 2;         // keys a lane group holds in a round (two rounds in flight)
   static_assert(LPK <= 32 && 32 % LPK == 0, "a key row must fit one warp");
-  __shared__ float sM[kWarps][GT], sL[kWarps][GT];
-  __shared__ float sAcc[kWarps][GT][HD];
+  __shared__ float sM[NW][GT], sL[NW][GT];
+  __shared__ float sAcc[NW][GT][HD];
   const int64_t t = blockIdx.x;
   const int groups = p.numHeads / p.numKvHeads, blocksPerKv = groups / GT;
   const int kvh = blockIdx.y / blocksPerKv;
@@ -263,7 +277,7 @@ __global__ __launch_bounds__(kWarps * 32, GT <= 2 ? 5 : GT <= 4 ? 4 : 2) void st
   // A round is U keys per lane group. Its keys' cache rows are looked up two rounds before
   // their use and their K and V rows loaded one round before, so a warp always has a round
   // of loads in flight and the table's round trip is off the path.
-  constexpr int stride = kWarps * KPW * U;
+  constexpr int stride = NW * KPW * U;
   auto lookup = [&](int c0, int32_t (&slot)[U]) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -378,7 +392,7 @@ __global__ __launch_bounds__(kWarps * 32, GT <= 2 ? 5 : GT <= 4 ? 4 : 2) void st
   }
   __syncthreads();
   const bool direct = p.numSplits == 1 || (p.tickets && used == 1);
-  finishBlock<T, GT, HD>(p, t, h0, split, direct, sM, sL, sAcc);
+  finishBlock<T, GT, HD, NW>(p, t, h0, split, direct, sM, sL, sAcc);
   if (direct || !p.tickets) return;
   // The last of the token's splits to finish merges them (no second launch): each block
   // makes its partials visible, then takes a ticket.
@@ -490,7 +504,7 @@ __global__ __launch_bounds__(kWarps * 32) void generalKernel(Args p) {
     for (int i = 0; i < DPL; ++i) sAcc[warp][g][lane * DPL + i] = acc[g][i];
   }
   __syncthreads();
-  finishBlock<T, GT, 32 * DPL>(p, t, h0, split, p.numSplits == 1, sM, sL, sAcc);
+  finishBlock<T, GT, 32 * DPL, kWarps>(p, t, h0, split, p.numSplits == 1, sM, sL, sAcc);
 }
 
 // One block per (token, head): the merge, where streamKernel's blocks do not do it
@@ -532,17 +546,22 @@ Kernel generalKernelFor(int gt) {
        : gt == 2 ? generalKernel<T, C, DPL, 2> : generalKernel<T, C, DPL, 1>;
 }
 
+template <typename T, typename C, int HD, int GT>
+Kernel streamKernelOf(bool wide) {
+  return wide ? streamKernel<T, C, HD, GT, wideWarps(GT)> : streamKernel<T, C, HD, GT, kNarrowWarps>;
+}
+
 template <typename T, typename C, int HD>
-Kernel streamKernelFor(int gt) {
+Kernel streamKernelFor(int gt, bool wide) {
   switch (gt) {
-    case 8: return streamKernel<T, C, HD, 8>;
-    case 7: return streamKernel<T, C, HD, 7>;
-    case 6: return streamKernel<T, C, HD, 6>;
-    case 5: return streamKernel<T, C, HD, 5>;
-    case 4: return streamKernel<T, C, HD, 4>;
-    case 3: return streamKernel<T, C, HD, 3>;
-    case 2: return streamKernel<T, C, HD, 2>;
-    default: return streamKernel<T, C, HD, 1>;
+    case 8: return streamKernelOf<T, C, HD, 8>(wide);
+    case 7: return streamKernelOf<T, C, HD, 7>(wide);
+    case 6: return streamKernelOf<T, C, HD, 6>(wide);
+    case 5: return streamKernelOf<T, C, HD, 5>(wide);
+    case 4: return streamKernelOf<T, C, HD, 4>(wide);
+    case 3: return streamKernelOf<T, C, HD, 3>(wide);
+    case 2: return streamKernelOf<T, C, HD, 2>(wide);
+    default: return streamKernelOf<T, C, HD, 1>(wide);
   }
 }
 
@@ -556,15 +575,15 @@ int headsPerBlock(int groups, bool streamed) {
   return 1;
 }
 
-// How many blocks of `kernel` the GPU holds at once (its registers bound it), asked once.
-int64_t residentBlocks(Kernel kernel) {
+// How many blocks of `kernel`, of `threads` each, the GPU holds at once, asked once.
+int64_t residentBlocks(Kernel kernel, int threads) {
   static std::mutex mutex;
   static std::unordered_map<Kernel, int64_t> known;
   std::lock_guard<std::mutex> lock(mutex);
   auto it = known.find(kernel);
   if (it != known.end()) return it->second;
   int perSm = 0;
-  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, kWarps * 32, 0), "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, threads, 0), "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
   return known[kernel] = int64_t(smCount()) * std::max(1, perSm);
 }
 
@@ -592,15 +611,18 @@ void pagedAttention(DType act, void* out, const void* qkv, KvCache c, const int3
   const bool streamed = aligned && streams(l.headDim, c.dtype);
   const bool vec = l.headDim == 32 * dpl && aligned;
   const int gt = headsPerBlock(groups, streamed);
+  const int64_t blocks = numTokens * l.numKvHeads * (groups / gt);
+  const bool wide = streamed && blocks <= smCount();
+  const int threads = (!streamed ? kWarps : wide ? wideWarps(gt) : kNarrowWarps) * 32;
   Kernel kernel = nullptr;
   withAct(act, [&](auto tt) {
     withAct(c.dtype, [&](auto ct) {
       using T = decltype(tt);
       using C = decltype(ct);
-      if (streamed && l.headDim == 64) kernel = streamKernelFor<T, C, 64>(gt);
-      else if (streamed && l.headDim == 128) kernel = streamKernelFor<T, C, 128>(gt);
+      if (streamed && l.headDim == 64) kernel = streamKernelFor<T, C, 64>(gt, wide);
+      else if (streamed && l.headDim == 128) kernel = streamKernelFor<T, C, 128>(gt, wide);
       else if (streamed && l.headDim == 256) {
-        if constexpr (sizeof(C) == 2) kernel = streamKernelFor<T, C, 256>(gt);
+        if constexpr (sizeof(C) == 2) kernel = streamKernelFor<T, C, 256>(gt, wide);
       } else if (dpl == 2) kernel = generalKernelFor<T, C, 2>(gt);
       else if (dpl == 4) kernel = generalKernelFor<T, C, 4>(gt);
       else kernel = generalKernelFor<T, C, 8>(gt);
@@ -611,11 +633,10 @@ void pagedAttention(DType act, void* out, const void* qkv, KvCache c, const int3
   // as far as each split keeps its minimum of keys. All of it from shapes, and at most as
   // many blocks as the GPU holds at once.
   const int64_t maxKeys = maxBlocks * c.blockSize;
-  const int64_t minKeys = streamed ? kMinStreamSplitKeys : kMinSplitKeys;
-  const int64_t blocks = numTokens * l.numKvHeads * (groups / gt);
+  const int64_t minKeys = !streamed ? kMinSplitKeys : wide ? kMinWideSplitKeys : kMinNarrowSplitKeys;
   int64_t splits = 1;
   if (maxKeys > minKeys) {
-    int64_t want = residentBlocks(kernel) / blocks;
+    int64_t want = residentBlocks(kernel, threads) / blocks;
     int64_t most = std::min<int64_t>(kMaxSplits, (maxKeys + minKeys - 1) / minKeys);
     splits = std::max<int64_t>(1, std::min(want, most));
   }
@@ -626,7 +647,7 @@ void pagedAttention(DType act, void* out, const void* qkv, KvCache c, const int3
 
   Args a{out, qkv, c.k, c.v, blockTables, queryStarts, contextLens, int(numSeqs), maxBlocks, c.numBlocks,
          int(c.blockSize), blockShift(c.blockSize), l.numHeads, l.numKvHeads, l.headDim, l.stride(), scale, int(splits), splitKeys,
-         nullptr, nullptr, nullptr, vec};
+         int(minKeys), nullptr, nullptr, nullptr, vec};
   const size_t parts = size_t(numTokens) * l.numHeads * size_t(splits);
   // partML after partO, at an even float (its pairs load as float2).
   const size_t oFloats = (parts * l.headDim + 1) / 2 * 2;
@@ -637,7 +658,7 @@ void pagedAttention(DType act, void* out, const void* qkv, KvCache c, const int3
     if (streamed) a.tickets = tickets(size_t(numTokens) * l.numKvHeads * (groups / gt));
   }
   dim3 grid(unsigned(numTokens), unsigned(l.numKvHeads * (groups / gt)), unsigned(splits));
-  launch("pagedAttention kernel", kernel, grid, kWarps * 32, 0, a);
+  launch("pagedAttention kernel", kernel, grid, threads, 0, a);
   if (splits > 1 && !a.tickets) {
     dim3 cgrid(unsigned(numTokens), unsigned(l.numHeads));
     int threads = std::min(256, (l.headDim + 31) / 32 * 32);

@@ -91,9 +91,10 @@ const BATCHES: [string, Seq[], number, number?][] = [
   ['long prefill chunk', [{ cached: 1200, fresh: 40 }], 32],
   // bf16 steps with prefill go to tensor cores, in tiles of 64 or 128 query tokens and keys.
   ['prefill over several query tiles', [{ cached: 0, fresh: 150 }, { cached: 70, fresh: 65 }, { cached: 0, fresh: 2 }, { cached: 200, fresh: 1 }], 16],
-  // A captured decode graph's table is as wide as the longest context allowed: short
-  // contexts in it still split across blocks by their own lengths.
-  ['short decode in a wide table', [{ cached: 170, fresh: 1 }, { cached: 2, fresh: 1 }, { cached: 33, fresh: 1 }], 16, 2000],
+  // A captured decode graph's table is as wide as the longest context allowed: contexts in
+  // it split across blocks by their own lengths (none under 256 keys: 700 splits, the short
+  // ones take one block each).
+  ['short decode in a wide table', [{ cached: 170, fresh: 1 }, { cached: 2, fresh: 1 }, { cached: 33, fresh: 1 }, { cached: 700, fresh: 1 }], 16, 2000],
 ];
 
 describeGpu('cuda paged attention', () => {
