@@ -229,8 +229,12 @@ __device__ __forceinline__ float groupSum(float v) {
 
 // Head dim HD with rows of C aligned to 16 bytes: lanes sub = lane % LPK of group
 // lane / LPK hold elements [sub * EPL, sub * EPL + EPL) of one key row.
+// The least blocks an SM should hold, which bounds registers: narrow blocks 5, 4 or 2 (by their
+// query heads), a wide one 1.
+constexpr int streamBlocksPerSm(int gt, int nw) { return nw != kNarrowWarps ? 1 : gt <= 2 ? 5 : gt <= 4 ? 4 : 2; }
+
 template <typename T, typename C, int HD, int GT, int NW>
-__global__ __launch_bounds__(NW * 32, NW == kNarrowWarps ? (GT <= 2 ? 5 : GT <= 4 ? 4 : 2) : 1) void streamKernel(Args p) {
+__global__ __launch_bounds__(NW * 32, streamBlocksPerSm(GT, NW)) void streamKernel(Args p) {
   awaitPrior();
   constexpr int EPL = 16 / int(sizeof(C));  // elements per 16-byte load
   constexpr int LPK = HD / EPL;             // lanes per key row
