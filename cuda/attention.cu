@@ -227,12 +227,12 @@ __device__ __forceinline__ float groupSum(float v) {
   return v;
 }
 
-// Head dim HD with rows of C aligned to 16 bytes: lanes sub = lane % LPK of group
-// lane / LPK hold elements [sub * EPL, sub * EPL + EPL) of one key row.
 // The least blocks an SM should hold, which bounds registers: narrow blocks 5, 4 or 2 (by their
 // query heads), a wide one 1.
 constexpr int streamBlocksPerSm(int gt, int nw) { return nw != kNarrowWarps ? 1 : gt <= 2 ? 5 : gt <= 4 ? 4 : 2; }
 
+// Head dim HD with rows of C aligned to 16 bytes: lanes sub = lane % LPK of group
+// lane / LPK hold elements [sub * EPL, sub * EPL + EPL) of one key row.
 template <typename T, typename C, int HD, int GT, int NW>
 __global__ __launch_bounds__(NW * 32, streamBlocksPerSm(GT, NW)) void streamKernel(Args p) {
   awaitPrior();
