@@ -14,13 +14,13 @@
 // Needs dist/ and the addon (as bench/gpu_session.sh).
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { performance } from 'node:perf_hooks';
 
 import { addon } from '../dist/lib/addon/index.js';
 import { ALL_TARGETS } from '../dist/lib/lora/adapter.js';
 import { LoraManager } from '../dist/lib/lora/manager.js';
 import { cudaPlacement, KvCache, loadModel, stepTensors } from '../dist/lib/models/index.js';
 import { Workspace } from '../dist/lib/models/workspace.js';
+import { graphTimedUs } from './graph_timing.mjs';
 
 const dir = process.argv[2];
 if (!dir) throw new Error('usage: node bench/decode_step.mjs DIR');
@@ -60,23 +60,8 @@ function step(C, rowSlot) {
   }, model.placement.device);
 }
 
-const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
-
-/** GPU ms a step: STEPS forwards of s captured in one graph, replayed REPS times. */
-function stepMs(s, ws) {
-  const graph = addon.captureGraph(() => { for (let i = 0; i < STEPS; i++) model.forward(s, kv, ws).dispose(); });
-  graph.replay();
-  addon.synchronize();
-  const t = [];
-  for (let r = 0; r < REPS; r++) {
-    const t0 = performance.now();
-    graph.replay();
-    addon.synchronize();
-    t.push((performance.now() - t0) / STEPS);
-  }
-  graph.dispose();
-  return median(t);
-}
+/** GPU ms a step: STEPS forwards of s captured in one graph, replayed REPS times (the first call eager, cuBLASLt's picks timed). */
+const stepMs = (s, ws) => graphTimedUs(STEPS, () => model.forward(s, kv, ws).dispose(), REPS) / 1e3;
 
 const OPS = ['embedding', 'rmsNorm', 'addRmsNorm', 'linear', 'linearWide', 'loraShrink', 'linearExpand', 'loraExpand',
   'ropeKvWrite', 'pagedAttention', 'siluMul', 'gatherRows'];
@@ -88,14 +73,6 @@ for (const C of SEQS) {
   for (const [mode, rowSlot, ws] of MODES) {
     model.lora = mode === 'off' ? undefined : pool;
     const s = step(C, rowSlot);
-    model.forward(s, kv, ws).dispose();  // shapes made, cuBLASLt's picks timed as in the engine's warm-up
-    addon.gemmTuning(true);
-    try {
-      model.forward(s, kv, ws).dispose();
-    } finally {
-      addon.gemmTuning(false);
-    }
-    addon.synchronize();
     const full = stepMs(s, ws);
     times[mode] = full;
     if (process.env.DROP === '1') {
