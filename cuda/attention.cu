@@ -37,7 +37,8 @@ constexpr int kWarps = 4;  // generalKernel's
 constexpr int kMinSplitKeys = 256;  // generalKernel: no split is shorter (its merge would cost more)
 // streamKernel's blocks and splits by the step's size. A step of no more (token, kv head)
 // blocks than SMs (decode of a few sequences) takes wide blocks, 16 warps (8 where a block has
-// more than 2 query heads: 16 cap a thread at 128 registers, under which those spill), and no
+// more than 2 query heads: 16 cap a thread at 128 registers, under which those spill; see
+// wideWarps for shared memory), and no
 // split under 256 keys: short contexts then take one block a kv head, which writes its output
 // itself (no partials, no ticket, no merge: each a round trip after the keys), and a long one
 // still spreads over splits. Larger steps keep blocks of 4 warps and splits of 32 keys: wide
@@ -47,7 +48,9 @@ constexpr int kMinSplitKeys = 256;  // generalKernel: no split is shorter (its m
 // 1.010, 1.107 / 0.931, 0.994); Qwen3-8B 4.48, 5.06 / 4.44, 4.92; context 2048, Qwen3-8B 4.90,
 // 5.77 / 4.63, 5.81.
 constexpr int kNarrowWarps = 4, kMinNarrowSplitKeys = 32, kMinWideSplitKeys = 256;
-__host__ __device__ constexpr int wideWarps(int gt) { return gt <= 2 ? 16 : 8; }
+// A wide block's warps for gt query heads of hd dims; 0 (none: narrow blocks) where its
+// warps' partial sums (warps × heads × dims floats) would pass 32 KB of shared memory.
+constexpr int wideWarps(int gt, int hd) { return gt <= 2 ? 16 : gt * hd <= 1024 ? 8 : 0; }
 constexpr int kMaxSplits = 64;
 
 struct Args {
@@ -552,7 +555,10 @@ Kernel generalKernelFor(int gt) {
 
 template <typename T, typename C, int HD, int GT>
 Kernel streamKernelOf(bool wide) {
-  return wide ? streamKernel<T, C, HD, GT, wideWarps(GT)> : streamKernel<T, C, HD, GT, kNarrowWarps>;
+  constexpr int warps = wideWarps(GT, HD);
+  if constexpr (warps != 0)
+    if (wide) return streamKernel<T, C, HD, GT, warps>;
+  return streamKernel<T, C, HD, GT, kNarrowWarps>;
 }
 
 template <typename T, typename C, int HD>
@@ -616,8 +622,8 @@ void pagedAttention(DType act, void* out, const void* qkv, KvCache c, const int3
   const bool vec = l.headDim == 32 * dpl && aligned;
   const int gt = headsPerBlock(groups, streamed);
   const int64_t blocks = numTokens * l.numKvHeads * (groups / gt);
-  const bool wide = streamed && blocks <= smCount();
-  const int threads = (!streamed ? kWarps : wide ? wideWarps(gt) : kNarrowWarps) * 32;
+  const bool wide = streamed && blocks <= smCount() && wideWarps(gt, l.headDim) != 0;
+  const int threads = (!streamed ? kWarps : wide ? wideWarps(gt, l.headDim) : kNarrowWarps) * 32;
   Kernel kernel = nullptr;
   withAct(act, [&](auto tt) {
     withAct(c.dtype, [&](auto ct) {
