@@ -8,9 +8,9 @@
 //  - streamKernel (head dims 64/128/256 with 16-byte rows; 4, 8 or 16 warps a block, see
 //    kNarrowWarps): a key row is read by a group of lanes with one 16-byte load each, so a
 //    warp holds several keys; the next round's K and V rows load while this round's are
-//    used, and the table entries of the round
-//    after that: rows always in flight, as bandwidth needs. Each lane group keeps its own
-//    softmax max and sums; they merge at the end.
+//    used, and the table entries of the round after that: rows always in flight, as
+//    bandwidth needs. Each lane group keeps its own softmax max and sums; they merge at the
+//    end.
 //  - generalKernel (any head dim): 4 warps take 32-key chunks in turn; in a chunk every
 //    lane owns one key's score (the warp splits the head dims), so the online softmax
 //    costs one exp per key, not per key and dim.
@@ -36,17 +36,16 @@ namespace {
 constexpr int kWarps = 4;  // generalKernel's
 constexpr int kMinSplitKeys = 256;  // generalKernel: no split is shorter (its merge would cost more)
 // streamKernel's blocks and splits by the step's size. A step of no more (token, kv head)
-// blocks than SMs (decode of a few sequences) takes wide blocks, 16 warps (8 where a block has
-// more than 2 query heads: 16 cap a thread at 128 registers, under which those spill; see
-// wideWarps for shared memory), and no
-// split under 256 keys: short contexts then take one block a kv head, which writes its output
-// itself (no partials, no ticket, no merge: each a round trip after the keys), and a long one
-// still spreads over splits. Larger steps keep blocks of 4 warps and splits of 32 keys: wide
-// blocks hold one an SM (their registers), and at Qwen3-0.6B's 64 sequences (512 blocks) took
-// 1.77 ms a step against 1.56. bench/decode_step.mjs, GPU ms a step at 1 and 8 sequences, 4
-// warps and 32 keys / wide: context 192, Qwen3-0.6B 0.884, 0.971 / 0.808, 0.883 (one adapter
-// 1.010, 1.107 / 0.931, 0.994); Qwen3-8B 4.48, 5.06 / 4.44, 4.92; context 2048, Qwen3-8B 4.90,
-// 5.77 / 4.63, 5.81.
+// blocks than SMs (decode of a few sequences) takes wide blocks (wideWarps: 16 warps, 8 where
+// a block has more than 2 query heads, whose registers spill under the 128 a thread of 16
+// warps) and no split under 256 keys: short contexts then take one block a kv head, which
+// writes its output itself (no partials, no ticket, no merge: each a round trip after the
+// keys), and a long one still spreads over splits. Larger steps keep blocks of 4 warps and
+// splits of 32 keys: wide blocks hold one an SM (their registers), and at Qwen3-0.6B's 64
+// sequences (512 blocks) took 1.77 ms a step against 1.56. bench/decode_step.mjs, GPU ms a
+// step at 1 and 8 sequences, 4 warps and 32 keys / wide: context 192, Qwen3-0.6B 0.884, 0.971
+// / 0.808, 0.883 (one adapter 1.010, 1.107 / 0.931, 0.994); Qwen3-8B 4.48, 5.06 / 4.44, 4.92;
+// context 2048, Qwen3-8B 4.90, 5.77 / 4.63, 5.81.
 constexpr int kNarrowWarps = 4, kMinNarrowSplitKeys = 32, kMinWideSplitKeys = 256;
 // A wide block's warps for gt query heads of hd dims; 0 (none: narrow blocks) where its
 // warps' partial sums (warps × heads × dims floats) would pass 32 KB of shared memory.
