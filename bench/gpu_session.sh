@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One measuring session on the GPU machine, as bench/RESULTS.md reports it: the GPU test
 # suite (with the op timings), then `mstar bench` on a synthetic Qwen3-0.6B with rank-16
-# adapters on every linear (mixes base, one, churn: 3 adapters over 2 slots), then, where
-# Nsight Compute runs, the duration of each kernel of eager decode steps.
+# adapters on every linear (mixes base, one, churn: 3 adapters over 2 slots), one prefill
+# and one decode step by mode (the decode step's ops costed in context), a long prompt's
+# TTFT by part, then, where Nsight Compute runs, the duration of each kernel of eager decode
+# steps.
 #
 #   bash bench/gpu_session.sh OUT_DIR [preset]
 #
@@ -14,7 +16,7 @@
 #
 # Needs node on PATH, the checkout's node_modules and dist/, and the addon (build/ or
 # MSTAR_PREBUILD). Writes OUT_DIR/{gpu_tests.log, gpu_tests_mma_sync.log, bench.json, bench.svg, bench.log, prefill_step.txt,
-# ttft.txt, kernels.csv}.
+# ttft.txt, decode_step.txt, kernels.csv}.
 set -uo pipefail
 out=${1:?usage: gpu_session.sh OUT_DIR [preset]}
 preset=${2:-qwen3-0.6b}
@@ -50,6 +52,10 @@ echo "prefill_step: exit $?"; tail -n 13 "$out/prefill_step.txt"
 # A 4096-token prompt's TTFT: the engine alone, then through the server (its share and the client's).
 { timeout 180 node bench/ttft_parts.mjs "$model" && timeout 300 node bench/ttft_http.mjs "$model"; } >"$out/ttft.txt" 2>&1
 echo "ttft: exit $?"; grep -E "median|TTFT" "$out/ttft.txt"
+
+# A decode step by mode, and what each op costs it in context (the step without that op).
+DROP=1 SEQS=1,8 timeout 240 node bench/decode_step.mjs "$model" >"$out/decode_step.txt" 2>&1
+echo "decode_step: exit $?"; grep -E "^c=" "$out/decode_step.txt"
 
 if [ "${NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
   # Eager steps (graphs off), LoRA on, one adapter: 600 kernels from the middle of decoding
