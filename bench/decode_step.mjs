@@ -5,7 +5,9 @@
 //
 //   node bench/decode_step.mjs DIR     (DIR from `mstar synth --adapters 1` or more; its first adapter)
 //
-// SEQS=1,8,32 (C), LEN=192 (L), STEPS=8, REPS=7. DROP=1 also prints, for each mode at each C, what
+// SEQS=1,8,32 (C), LEN=192 (L), STEPS=8, REPS=7; WIDTH=N: block tables N tokens wide (default L;
+// the engine's graphs take tables as wide as max_model_len, with -1 past each sequence's
+// blocks, and attention's splits then follow from that width). DROP=1 also prints, for each mode at each C, what
 // each op costs the step in context: the step's time less the time of the same step captured
 // without that op's calls (ops before and after it then overlap as they would without it; the
 // numbers are timings only: the dropped op's outputs are stale). The isolated times of
@@ -38,6 +40,7 @@ const slot = lora.acquire(lora.keyOf(adapter));
 if (typeof slot !== 'number') throw new Error(`${adapter}: no slot (${slot})`);
 const pool = lora.weights;
 const blocksPer = Math.ceil(LEN / BS);
+const tableWidth = Math.max(blocksPer, Math.ceil(Number(process.env.WIDTH ?? LEN) / BS));
 const kv = new KvCache(model.config, maxSeqs * blocksPer, BS, model.placement);
 const wsOff = new Workspace(model.config, model.placement, maxSeqs, maxSeqs);
 const wsOn = new Workspace(model.config, model.placement, maxSeqs, maxSeqs, pool.widths);
@@ -53,8 +56,8 @@ function step(C, rowSlot) {
     slots: Int32Array.from({ length: C }, (_, s) => s * blocksPer * BS + LEN - 1),
     queryStarts: Int32Array.from({ length: C + 1 }, (_, s) => s),
     contextLens: new Int32Array(C).fill(LEN),
-    blockTables: Int32Array.from({ length: C * blocksPer }, (_, i) => i),
-    maxBlocks: blocksPer,
+    blockTables: Int32Array.from({ length: C * tableWidth }, (_, i) => (i % tableWidth < blocksPer ? Math.floor(i / tableWidth) * blocksPer + (i % tableWidth) : -1)),
+    maxBlocks: tableWidth,
     logitRows: Int32Array.from({ length: C }, (_, s) => s),
     lora: rowSlot === undefined ? undefined : { rowSlots: rows, logitSlots: rows, embedRows: Int32Array.from(tokens, (t) => rowSlot * vocab + t) },
   }, model.placement.device);
