@@ -14,15 +14,13 @@
 // prefill_step.mjs's OPS=1 overstate ops that overlap their neighbours (a projection's weights
 // stream into L2 during the kernel before it).
 // Needs dist/ and the addon (as bench/gpu_session.sh).
-import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 
 import { addon } from '../dist/lib/addon/index.js';
-import { ALL_TARGETS } from '../dist/lib/lora/adapter.js';
-import { LoraManager } from '../dist/lib/lora/manager.js';
 import { cudaPlacement, KvCache, loadModel, stepTensors } from '../dist/lib/models/index.js';
 import { Workspace } from '../dist/lib/models/workspace.js';
 import { graphTimedUs } from './graph_timing.mjs';
+import { poolWithOneAdapter } from './one_adapter.mjs';
 
 const dir = process.argv[2];
 if (!dir) throw new Error('usage: node bench/decode_step.mjs DIR');
@@ -32,13 +30,7 @@ const BS = 16;
 const maxSeqs = Math.max(...SEQS);
 
 const model = loadModel(dir, { placement: cudaPlacement() });
-const lora = new LoraManager(model, { slots: 2, maxRank: 16, hostCache: 2, targets: ALL_TARGETS });
-const adapters = join(dir, 'adapters');
-const adapter = readdirSync(adapters).sort()[0];
-await lora.register(adapter, join(adapters, adapter));
-const slot = lora.acquire(lora.keyOf(adapter));
-if (typeof slot !== 'number') throw new Error(`${adapter}: no slot (${slot})`);
-const pool = lora.weights;
+const { lora, pool, slot } = await poolWithOneAdapter(model, join(dir, 'adapters'));
 const blocksPer = Math.ceil(LEN / BS);
 const tableWidth = Math.max(blocksPer, Math.ceil(Number(process.env.WIDTH ?? LEN) / BS));
 const kv = new KvCache(model.config, maxSeqs * blocksPer, BS, model.placement);

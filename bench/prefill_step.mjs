@@ -14,16 +14,14 @@
 // op's total GPU time over one step (each call timed alone, replayed in a graph).
 // MSTAR_LORA_GEMM_ROWS moves the adapters' path as in the engine (inf: the decode-size path).
 // Needs dist/ and the addon (as bench/gpu_session.sh).
-import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 
 import { addon } from '../dist/lib/addon/index.js';
 import { loraGemmRowsSetting } from '../dist/lib/engine/options.js';
-import { ALL_TARGETS } from '../dist/lib/lora/adapter.js';
-import { LoraManager } from '../dist/lib/lora/manager.js';
 import { CPU, cudaPlacement, KvCache, loadModel, stepTensors } from '../dist/lib/models/index.js';
 import { Workspace } from '../dist/lib/models/workspace.js';
+import { poolWithOneAdapter } from './one_adapter.mjs';
 
 const dir = process.argv[2];
 if (!dir) throw new Error('usage: node bench/prefill_step.mjs DIR');
@@ -34,13 +32,7 @@ const maxTokens = Math.max(...PROMPTS) * (LEN + REPS + 4);
 const cuda = process.env.DEVICE !== 'cpu';
 const model = loadModel(dir, { placement: cuda ? cudaPlacement() : CPU });
 model.loraGemmRows = loraGemmRowsSetting();  // as the engine sets it (MSTAR_LORA_GEMM_ROWS)
-const lora = new LoraManager(model, { slots: 2, maxRank: 16, hostCache: 2, targets: ALL_TARGETS });
-const adapters = process.env.ADAPTERS ?? join(dir, 'adapters');
-const adapter = readdirSync(adapters).sort()[0];
-await lora.register(adapter, join(adapters, adapter));
-const slot = lora.acquire(lora.keyOf(adapter));
-if (typeof slot !== 'number') throw new Error(`${adapter}: no slot (${slot})`);
-const pool = lora.weights;
+const { lora, pool, slot } = await poolWithOneAdapter(model, process.env.ADAPTERS ?? join(dir, 'adapters'));
 const blocksPer = Math.ceil((LEN + REPS + 4) / BS);
 const kv = new KvCache(model.config, Math.max(...PROMPTS) * blocksPer, BS, model.placement);
 const wsOff = new Workspace(model.config, model.placement, maxTokens, Math.max(...PROMPTS));
