@@ -237,7 +237,6 @@ constexpr int streamBlocksPerSm(int gt, int nw) { return nw != kNarrowWarps ? 1 
 // lane / LPK hold elements [sub * EPL, sub * EPL + EPL) of one key row.
 template <typename T, typename C, int HD, int GT, int NW>
 __global__ __launch_bounds__(NW * 32, streamBlocksPerSm(GT, NW)) void streamKernel(Args p) {
-  awaitPrior();
   constexpr int EPL = 16 / int(sizeof(C));  // elements per 16-byte load
   constexpr int LPK = HD / EPL;             // lanes per key row
   constexpr int KPW = 32 / LPK;             // keys per warp per load round
@@ -252,12 +251,18 @@ __global__ __launch_bounds__(NW * 32, streamBlocksPerSm(GT, NW)) void streamKern
   const int split = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane % LPK, grp = lane / LPK;
 
+  // The token's key count comes from step inputs, which no op of a step writes: read before
+  // the wait. Splits past its keys have nothing to do and leave at once, their SMs free for the
+  // kernels after this one while the one before still runs (a short context in the engine's
+  // tables, as wide as max_model_len, left 15 of a kv head's 16 wide blocks waiting for the
+  // kernel before only to leave; see partialsFor for what it cost). Split 0 always stays and
+  // waits (a token with no keys gets zeros), so the launch still completes only after the
+  // kernel before it (awaitPrior's rule).
   const TokenKeys keys = keysOf(p, t);
   const int64_t share = streamShare(p, keys.count);
-  // Splits past the token's keys have nothing to do; at least split 0 runs (a token with
-  // no keys gets zeros).
   const int used = int(max(int64_t(1), min(int64_t(p.numSplits), (keys.count + share - 1) / share)));
   if (p.tickets && split >= used) return;
+  awaitPrior();
   const int kBegin = int(min(keys.count, split * share)), kEnd = int(min(keys.count, kBegin + share));
 
   const T* qRow = static_cast<const T*>(p.qkv) + t * p.rowWidth + sub * EPL;
@@ -542,6 +547,25 @@ int* tickets(size_t needed) {
   return needed <= kTickets ? buffer : nullptr;
 }
 
+// The splits' partials: one buffer of kPartialBytes, allocated once outside any capture, as
+// the tickets are. A Scratch per launch, captured, put a graph allocation before each decode
+// step's attention kernel and a free after it: nodes between kernels, where the next kernel
+// cannot start early. With both (these nodes, and streamKernel's splits past a short context
+// waiting to leave) gone, Qwen3-0.6B's decode step in tables as wide as max_model_len, which
+// always split, took 0.807 ms at 1 sequence against 0.851 (0.800 in tables as wide as the
+// context, which do not split); either alone left it at 0.85 (bench/decode_step.mjs,
+// WIDTH=40960). A decode step holds at most a wave of blocks, each its query heads' partials:
+// 2112 blocks of 8 heads of 256 dims need 17.5 MB. Partials past the buffer (a prefill
+// chunk's many splits) take a Scratch.
+constexpr size_t kPartialBytes = size_t(32) << 20;
+float* partialsFor(size_t bytes) {
+  static std::mutex mutex;
+  static float* buffer = nullptr;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!buffer && !capturing()) buffer = static_cast<float*>(alloc(kPartialBytes));
+  return bytes <= kPartialBytes ? buffer : nullptr;
+}
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 using Kernel = void (*)(Args);
@@ -660,9 +684,11 @@ void pagedAttention(DType act, void* out, const void* qkv, KvCache c, const int3
   const size_t parts = size_t(numTokens) * l.numHeads * size_t(splits);
   // partML after partO, at an even float (its pairs load as float2).
   const size_t oFloats = (parts * l.headDim + 1) / 2 * 2;
-  Scratch partials(splits > 1 ? (oFloats + parts * 2) * sizeof(float) : 0, "pagedAttention scratch");
+  const size_t partialBytes = splits > 1 ? (oFloats + parts * 2) * sizeof(float) : 0;
+  float* kept = partialBytes ? partialsFor(partialBytes) : nullptr;
+  Scratch partials(kept ? 0 : partialBytes, "pagedAttention scratch");
   if (splits > 1) {
-    a.partO = partials.as<float>();
+    a.partO = kept ? kept : partials.as<float>();
     a.partML = a.partO + oFloats;
     if (streamed) a.tickets = tickets(size_t(numTokens) * l.numKvHeads * (groups / gt));
   }

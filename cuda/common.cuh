@@ -70,8 +70,10 @@ void runOrDefer(std::function<void()> f) noexcept;
 // an earlier op writes or reads (and before any return): the wait ends once the previous
 // kernel has completed and its writes are visible, which by induction means every earlier
 // op. Then it lets the next kernel launch (it becomes resident only once this kernel's
-// blocks all are, so it never takes their place). Built for sm_80 this is a no-op, and
-// launch() then launches plainly.
+// blocks all are, so it never takes their place). A block that has read only what no op
+// writes (weights, a step's inputs) may return before it where another block of its launch
+// always waits: the launch still completes only after the one before. Built for sm_80 this
+// is a no-op, and launch() then launches plainly.
 __device__ __forceinline__ void awaitPrior() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");

@@ -189,16 +189,36 @@ __device__ __forceinline__ uint32_t load32(const void* p) { return *static_cast<
 // the slices of `width` outputs.
 inline bool deltaTilesOf(const LoraDelta& d, int64_t width) { return width % 16 == 0 && deltaRunsOf(d, 8, 2); }
 
+// The lane's A fragment of a tile: bT's rank entries k0 + g and k0 + g + 8 (the upper pair 0
+// past the rank) at outputs o0 + 2q, o0 + 2q + 1 and the same + 8, of the slice whose first
+// row is c0 = (slot * slices + s) * rank.
+__device__ __forceinline__ void loadTileA(const LoraDelta& d, int64_t c0, int64_t k0, int64_t o0, uint32_t (&a)[4]) {
+  const int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+  const bf16* bT = static_cast<const bf16*>(d.bT) + (c0 + k0 + g) * d.ldb + o0 + 2 * q;
+  const bool upper = k0 + 8 < d.rank;  // the same for the whole warp
+  a[0] = load32(bT);
+  a[1] = load32(bT + 8);
+  a[2] = upper ? load32(bT + 8 * d.ldb) : 0;
+  a[3] = upper ? load32(bT + 8 * d.ldb + 8) : 0;
+}
+
 // Where NT tiles of 16 outputs o0[j] .. o0[j] + 15 over rows r0 .. r0 + 7 take their deltas
-// from, found before awaitPrior (slotOfRow is a step's input, no op of the step writes it), which
-// also sends bT's lines for the slot of row r0 towards L2 (as prefetchDeltas does: the loads
-// after the wait then find them there). Every lane of the warp calls it.
+// from, found before awaitPrior (slotOfRow is a step's input, no op of the step writes it). The
+// slot of row r0's first 16 rank entries of bT (a weight) load here too, into registers: after
+// the wait only t is left to load (the slot's lines past them head towards L2 instead, as
+// prefetchDeltas sends them). Qwen3-0.6B's decode step with one adapter (ropeKvWrite and
+// siluMul take these tiles), 1 / 8 sequences: 0.932 / 0.989 ms -> 0.911 / 0.950, where bT's
+// loads after the wait had been a round trip of their own. (The same for addRmsNorm's rows,
+// bT's 16 entries of 8 outputs held in 128 registers a thread, slowed its step to 1.05 ms:
+// only as many blocks then fit beside the GEMV before it.) Every lane of the warp calls it.
 template <int NT>
 struct TilePlan {
   int64_t o0[NT], s[NT];  // each tile's first output and slice
   int64_t r0, n;          // the tiles' first row; rows from n on have no delta
   int32_t rowSlot;        // the slot of the lane's row of B, r0 + lane / 4 (0 past n)
   bool oneSlice;          // every tile within one slice (else an output at a time)
+  int32_t aSlot;          // the slot whose first 16 rank entries of bT are in a0 (0: none)
+  uint32_t a0[NT][4];     // those entries, the lane's A fragment of each tile, loaded before the wait
 };
 template <int NT>
 __device__ __forceinline__ TilePlan<NT> tilePlan(const LoraDelta& d, const int64_t (&o0)[NT], int64_t r0, int64_t n) {
@@ -214,15 +234,19 @@ __device__ __forceinline__ TilePlan<NT> tilePlan(const LoraDelta& d, const int64
     p.s[j] = d.slices.of(o0[j]);
     p.oneSlice = p.oneSlice && p.s[j] < d.slices.count && p.s[j] == d.slices.of(o0[j] + 15);
   }
-  // A line holds 4 tiles' columns of a rank entry: the warp whose tile starts it sends it, lane k
-  // entry k.
   const int32_t slot = __shfl_sync(~0u, p.rowSlot, 0);
+  p.aSlot = 0;
   if (!p.oneSlice || slot <= 0 || slot >= d.numSlots) return p;
+  p.aSlot = slot;
+#pragma unroll
+  for (int j = 0; j < NT; ++j) loadTileA(d, (int64_t(slot) * d.slices.count + p.s[j]) * d.rank, 0, o0[j], p.a0[j]);
+  // A line holds 4 tiles' columns of a rank entry: the warp whose tile starts it sends it, lane k
+  // entry 16 + k.
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
     if (o0[j] % 64 != 0) continue;
     const bf16* b = static_cast<const bf16*>(d.bT) + (int64_t(slot) * d.slices.count + p.s[j]) * d.rank * d.ldb + o0[j];
-    for (int64_t k = threadIdx.x % 32; k < d.rank; k += 32) prefetchL2(b + k * d.ldb);
+    for (int64_t k = 16 + threadIdx.x % 32; k < d.rank; k += 32) prefetchL2(b + k * d.ldb);
   }
   return p;
 }
@@ -266,16 +290,17 @@ __device__ __forceinline__ void deltaTiles(const LoraDelta& d, const TilePlan<NT
     pending &= ~__ballot_sync(~0u, mine);
     for (int64_t k0 = 0; k0 < d.rank; k0 += 16) {
       const bool upper = k0 + 8 < d.rank;  // the same for the whole warp
+      const bool loaded = k0 == 0 && slot == p.aSlot;
       uint32_t a[NT][4], b[NT][2];
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
-        const int64_t c = (int64_t(slot) * d.slices.count + p.s[j]) * d.rank + k0;
-        const bf16* bT = static_cast<const bf16*>(d.bT) + (c + g) * d.ldb + p.o0[j] + 2 * q;
-        const bf16* bTUpper = bT + 8 * d.ldb;
-        a[j][0] = load32(bT);
-        a[j][1] = load32(bT + 8);
-        a[j][2] = upper ? load32(bTUpper) : 0;
-        a[j][3] = upper ? load32(bTUpper + 8) : 0;
+        const int64_t c0 = (int64_t(slot) * d.slices.count + p.s[j]) * d.rank, c = c0 + k0;
+        if (loaded) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) a[j][e] = p.a0[j][e];
+        } else {
+          loadTileA(d, c0, k0, p.o0[j], a[j]);
+        }
         b[j][0] = mine ? load32(t + c) : 0;
         b[j][1] = mine && upper ? load32(t + c + 8) : 0;
       }
