@@ -5,9 +5,10 @@
 //
 //   node bench/decode_step.mjs DIR     (DIR from `mstar synth --adapters 1` or more; its first adapter)
 //
-// SEQS=1,8,32 (C), LEN=192 (L), STEPS=8, REPS=7; WIDTH=N: block tables N tokens wide (default L;
-// the engine's graphs take tables as wide as max_model_len, with -1 past each sequence's
-// blocks, and attention's splits then follow from that width). DROP=1 also prints, for each mode at each C, what
+// SEQS=1,8,32 (C), LEN=192 (L), STEPS=8, REPS=7; WIDTH=N: block tables N tokens wide, -1 past
+// each sequence's blocks (default: the model's max_position_embeddings, as wide as the
+// engine's graphs take them at its default max_model_len; attention's splits follow from
+// that width). DROP=1 also prints, for each mode at each C, what
 // each op costs the step in context: the step's time less the time of the same step captured
 // without that op's calls (ops before and after it then overlap as they would without it; the
 // numbers are timings only: the dropped op's outputs are stale). The isolated times of
@@ -32,7 +33,7 @@ const maxSeqs = Math.max(...SEQS);
 const model = loadModel(dir, { placement: cudaPlacement() });
 const { lora, pool, slot } = await poolWithOneAdapter(model, join(dir, 'adapters'));
 const blocksPer = Math.ceil(LEN / BS);
-const tableWidth = Math.max(blocksPer, Math.ceil(Number(process.env.WIDTH ?? LEN) / BS));
+const tableWidth = Math.max(blocksPer, Math.ceil(Number(process.env.WIDTH ?? model.config.maxPositionEmbeddings) / BS));
 const kv = new KvCache(model.config, maxSeqs * blocksPer, BS, model.placement);
 const wsOff = new Workspace(model.config, model.placement, maxSeqs, maxSeqs);
 const wsOn = new Workspace(model.config, model.placement, maxSeqs, maxSeqs, pool.widths);
@@ -62,7 +63,7 @@ const OPS = ['embedding', 'rmsNorm', 'addRmsNorm', 'linear', 'linearWide', 'lora
   'ropeKvWrite', 'pagedAttention', 'siluMul', 'gatherRows'];
 // base: the pool on, no row on an adapter (the engine then runs its steps without a LoRA plan)
 const MODES = [['off', undefined, wsOff], ['base', undefined, wsOn], ['one', slot, wsOn]];
-console.log(`${dir}: ${model.config.numLayers} layers, hidden ${model.config.hiddenSize}; decode at context ${LEN}; GPU ms a step, medians of ${REPS} replays of ${STEPS} steps`);
+console.log(`${dir}: ${model.config.numLayers} layers, hidden ${model.config.hiddenSize}; decode at context ${LEN}, tables ${tableWidth * BS} wide; GPU ms a step, medians of ${REPS} replays of ${STEPS} steps`);
 for (const C of SEQS) {
   const times = {};
   for (const [mode, rowSlot, ws] of MODES) {

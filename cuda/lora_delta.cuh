@@ -153,6 +153,46 @@ __device__ __forceinline__ void addDeltasRun(const LoraDelta& d, const DeltaPlan
   addDeltasRows<T, V, 1>(d, plans, rows, slots, o0, *reinterpret_cast<float(*)[1][V]>(y));
 }
 
+// bf16 bT's rank entries (up to kLoadedRank) at the 8 outputs from o0 of a planned run (one
+// slice), loaded before awaitPrior into registers as stored (a weight; converted only after the
+// wait, so that nothing before it waits on them): after the wait only t is left to load, one
+// round trip with the op's own inputs. A pool rank past kLoadedRank: not loaded (the op takes
+// addDeltasRun's path).
+constexpr int kLoadedRank = 16;
+struct LoadedDeltas {
+  uint4 b[kLoadedRank];  // entry k's 8 outputs
+  bool loaded;
+
+  __device__ void load(const LoraDelta& d, const DeltaPlan& plan, int64_t o0) {
+    loaded = d.t && plan.runs && d.rank <= kLoadedRank;
+    if (!loaded || !plan.used) return;
+    const bf16* bT = static_cast<const bf16*>(d.bT) + plan.c * d.ldb + o0;
+#pragma unroll
+    for (int k = 0; k < kLoadedRank; ++k)
+      if (k < d.rank) b[k] = *reinterpret_cast<const uint4*>(bT + k * d.ldb);
+  }
+
+  // As addDeltasRun (the rank's entries in k's order) for row r, into y.
+  __device__ void addTo(const LoraDelta& d, const DeltaPlan& plan, int64_t r, float (&y)[8]) const {
+    if (!plan.used) return;
+    const bf16* t = static_cast<const bf16*>(d.t) + r * d.ldt + plan.c;
+    float tv[kLoadedRank];
+#pragma unroll
+    for (int k = 0; k < kLoadedRank; k += 8)
+      if (k < d.rank) loadVec<bf16, 8>(*reinterpret_cast<float(*)[8]>(tv + k), t + k);
+    float acc[8] = {};
+#pragma unroll
+    for (int k = 0; k < kLoadedRank; ++k) {
+      if (k >= d.rank) break;
+      const bf16* e = reinterpret_cast<const bf16*>(&b[k]);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[i] += tv[k] * toF(e[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) y[i] = toF(fromF<bf16>(y[i] + acc[i]));
+  }
+};
+
 // Before awaitPrior (bT is a weight, slotOfRow a step's input: no op of the step writes them):
 // the lines of bT holding output o's column in the planned slice's rows, towards L2, by the
 // thread whose o starts a line (so that the deltas' loads after the wait find them there; the

@@ -194,22 +194,28 @@ __global__ void addRmsNormKernel(T* residual, const T* x, int64_t ldx, const W* 
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) o[i] = fromF<T>(toF(w[i]) * (toF(res[i]) * r));
 }
 
-// addRmsNormKernel for rows RowRuns can hold: w before the wait, then the residual's and x's
-// runs all in flight at once (the loop above waits on a round trip an element).
-template <typename T, typename W, int RUNS>
-__global__ void addRmsNormRunsKernel(T* residual, const T* x, int64_t ldx, const W* w, T* out, int64_t dim, float eps,
-                                     LoraDelta delta, bool deltaVec) {
+// addRmsNormKernel for rows RowRuns can hold, in blocks of up to kRunsThreads (the delta's
+// rounds take up to 128 registers a thread): w before the wait, then the residual's and x's
+// runs all in flight at once (the loop above waits on a round trip an element). LOADED (bf16
+// with a delta, one run a thread): bT's entries for the thread's run load before the wait too
+// (LoadedDeltas).
+constexpr int kRunsThreads = 512;
+template <typename T, typename W, int RUNS, bool LOADED = false>
+__global__ __launch_bounds__(kRunsThreads) void addRmsNormRunsKernel(
+    T* residual, const T* x, int64_t ldx, const W* w, T* out, int64_t dim, float eps, LoraDelta delta, bool deltaVec) {
   __shared__ float partial[32];
   RowRuns<T, W, RUNS> runs{{}, {}, dim};
   runs.loadWeight(w);
   const int64_t row = blockIdx.x;
   const int32_t slot = delta.t ? delta.slotOfRow[row] : 0;
   DeltaPlan plan[RUNS];
+  LoadedDeltas loaded[LOADED ? RUNS : 1];
 #pragma unroll
   for (int j = 0; j < RUNS; ++j) {
     if (runs.at(j) >= dim) continue;
     plan[j] = deltaPlan(delta, deltaVec, slot, runs.at(j), runs.at(j) + 8);
-    prefetchDeltas<T>(delta, plan[j], runs.at(j));
+    if constexpr (LOADED) loaded[j].load(delta, plan[j], runs.at(j));
+    if (!LOADED || !loaded[j].loaded) prefetchDeltas<T>(delta, plan[j], runs.at(j));
   }
   awaitPrior();
   T* res = residual + row * dim;
@@ -222,7 +228,8 @@ __global__ void addRmsNormRunsKernel(T* residual, const T* x, int64_t ldx, const
     float rv[8], xv[8];
     loadVec<T, 8>(rv, res + i);
     loadVec<T, 8>(xv, xr + i);
-    addDeltasRun<T, 8>(delta, plan[j], row, slot, i, xv);
+    if (LOADED && loaded[j].loaded) loaded[j].addTo(delta, plan[j], row, xv);
+    else addDeltasRun<T, 8>(delta, plan[j], row, slot, i, xv);
     T sum[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
@@ -294,12 +301,14 @@ void rmsNorm(DType act, void* out, const void* x, Weights w, int64_t rows, int64
   });
 }
 
-// Threads for one run of 8 each where a row fits a block (8192 wide), else 0: the row's loads
-// then all start at once (Qwen3-8B's 4096 in 512 threads, not two runs each of 256), and a
-// delta's rounds of rank entries wait once, not once a run.
-static unsigned oneRunThreads(int64_t dim) {
-  const int64_t threads = (dim + 8 * 32 - 1) / (8 * 32) * 32;
-  return threads <= 1024 ? unsigned(threads) : 0;
+// Threads for `runs` runs of 8 each where a row fits a block of kRunsThreads, else 0: the
+// fewest runs a thread, so that the row's loads all start at once (Qwen3-8B's 4096 in 512
+// threads, not two runs each of 256) and a delta's rounds of rank entries wait once, not once
+// a run. (Blocks of 1024 threads of one run, as wider rows took before, asked for more
+// registers than an SM has: the launch failed from 4097 wide.)
+static unsigned runThreads(int64_t dim, int runs) {
+  const int64_t threads = (dim + 8 * 32 * runs - 1) / (8 * 32 * runs) * 32;
+  return threads <= kRunsThreads ? unsigned(threads) : 0;
 }
 
 void addRmsNorm(DType act, void* residual, const void* x, Weights w, void* out, int64_t rows, int64_t dim, float eps,
@@ -317,8 +326,14 @@ void addRmsNorm(DType act, void* residual, const void* x, Weights w, void* out, 
       };
       const bool vec = runsOf8(x, ldx, sizeof(T)) && runsOf8(residual, dim, sizeof(T)) &&
                        runsOf8(out, dim, sizeof(T)) && runsOf8(w.data, dim, sizeof(W));
-      // (Every row withRowRuns holds, one run a thread holds too.)
-      if (const unsigned threads = vec ? oneRunThreads(dim) : 0) return args(addRmsNormRunsKernel<T, W, 1>, threads);
+      if (const unsigned threads = vec ? runThreads(dim, 1) : 0) {
+        if constexpr (std::is_same_v<T, bf16>)
+          if (d.t && d.rank <= kLoadedRank && deltaRunsOf(d, 8, sizeof(T)))
+            return args(addRmsNormRunsKernel<T, W, 1, true>, threads);
+        return args(addRmsNormRunsKernel<T, W, 1>, threads);
+      }
+      if (const unsigned threads = vec ? runThreads(dim, 2) : 0) return args(addRmsNormRunsKernel<T, W, 2>, threads);
+      if (const unsigned threads = vec ? runThreads(dim, 4) : 0) return args(addRmsNormRunsKernel<T, W, 4>, threads);
       args(addRmsNormKernel<T, W>);
     });
   });
