@@ -1,6 +1,7 @@
 // One eager prefill step of P prompts of L tokens, as the engine runs a step that admits new
-// requests: the model's forward on an eager workspace, LoRA off (no pool), base rows with the
-// pool on, and every row on one adapter. For each it prints the step's GPU time (the forward
+// requests: the model's forward on an eager workspace, LoRA off (no pool), the pool on with no
+// row on an adapter (`pool`: the engine then runs the step without a LoRA plan), base rows in a
+// plan (as in a step whose other rows run adapters), and every row on one adapter. For each it prints the step's GPU time (the forward
 // replayed as a graph: no launch gaps), and the eager step's host time (until forward returns)
 // and time until done (forward and a synchronize), both for a shape seen before and for a
 // fresh one (each call a few rows longer than the last: every cuBLASLt shape new, as the
@@ -56,7 +57,7 @@ function step(P, len, rowSlot) {
   }, model.placement.device);
 }
 
-const MODES = [['off', undefined, wsOff], ['base', 0, wsOn], ['one', slot, wsOn]];
+const MODES = [['off', undefined, wsOff], ['pool', undefined, wsOn], ['base', 0, wsOn], ['one', slot, wsOn]];
 const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
 const fmt = (ms) => ms.toFixed(2).padStart(7);
 
