@@ -11,8 +11,9 @@ import type { EngineOptions } from './options.js';
 /**
  * On CUDA, room kept for what is allocated per use and not counted here: cuBLASLt's 32 MiB
  * workspace and the output its algorithm choice is timed into (at most 64 rows of a
- * projection: 19 MiB for a 152k vocabulary), the sampler's and attention's scratch, the
- * captured graphs' own memory.
+ * projection: 19 MiB for a 152k vocabulary), the sampler's and attention's scratch (decode
+ * attention keeps 32 MiB for its splits' partials and 4 MiB of tickets), the captured graphs'
+ * own memory.
  */
 export const CUDA_SCRATCH_BYTES = 256 * 2 ** 20;
 
