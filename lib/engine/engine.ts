@@ -6,6 +6,7 @@ import { cudaGraphsSetting, loraGemmRowsSetting, overlapSetting, profileSetting 
 import { ModelRunner, type Launched, type Sampled } from './runner.js';
 import { Scheduler, type ScheduledSeq } from './scheduler.js';
 import { Sequence } from './sequence.js';
+import { StepPhases, type StepPhase } from './step_phases.js';
 import type { EngineStats, GenerateRequest, ModelInfo, RequestOutput } from './types.js';
 import { KvCache, type Model } from '../models/index.js';
 import { LoraManager, type LoraOptions } from '../lora/manager.js';
@@ -59,6 +60,8 @@ export class Engine {
   /** A scheduled batch with prefill chunks, launched once `due` (the step before it) is read. */
   private planned?: readonly ScheduledSeq[];
   readonly lora?: LoraManager;
+  /** MSTAR_PROFILE: host time of step()'s parts. */
+  private readonly phases = profileSetting() ? new StepPhases() : undefined;
   /** Waiting requests whose adapter could no longer be read from disk: ended by this step. */
   private unreadable: Sequence[] = [];
 
@@ -125,6 +128,7 @@ export class Engine {
     this.inFlight?.sampled();
     this.due?.sampled();
     this.inFlight = this.due = this.planned = undefined;
+    if (this.phases) console.error(this.phases.line());
     this.runner.close();
     this.runner.kv.dispose();
     if (this.lora) {
@@ -208,9 +212,12 @@ export class Engine {
     const fromPlan = batch !== undefined;
     this.planned = undefined;
     if (!batch) {
-      if (this.lora) this.takeTurns(this.lora);
-      batch = this.scheduler.schedule();
-      this.lora?.settle();
+      batch = this.timed('schedule', () => {
+        if (this.lora) this.takeTurns(this.lora);
+        const scheduled = this.scheduler.schedule();
+        this.lora?.settle();
+        return scheduled;
+      });
       outputs.push(...this.endUnreadable());
     }
     const prev = this.inFlight;
@@ -223,7 +230,7 @@ export class Engine {
     }
     batch = batch.filter((e) => e.seq.status !== 'finished');  // (aborted while planned)
     if (batch.length === 0) return fromPlan ? [...outputs, ...this.step()] : outputs;
-    const launched = this.runner.launch(batch, prev);
+    const launched = this.timed('launch', () => this.runner.launch(batch, prev));
     this.advance(batch);
     this.register(batch);
     if (overlapped) this.inFlight = launched;
@@ -241,8 +248,13 @@ export class Engine {
     if (this.overlap && !this.due.ready()) return false;
     const due = this.due;
     this.due = undefined;
-    outputs.push(...this.read(due));
+    outputs.push(...this.timed('read', () => this.read(due)));
     return true;
+  }
+
+  /** f(), its host time counted towards `phase` when profiling. */
+  private timed<T>(phase: StepPhase, f: () => T): T {
+    return this.phases ? this.phases.time(phase, f) : f();
   }
 
   /** After a step is enqueued: its tokens count as computed; its samples are unread. */

@@ -1,6 +1,7 @@
-// MSTAR_PROFILE's summary line, printed when an engine closes: each path's steps and mean
+// MSTAR_PROFILE's summary lines, printed when an engine closes: each path's steps and mean
 // host ms, and for eager steps also their median and the first one (which pays for the
-// workspace and the GEMM plans, so a short run's mean carries it).
+// workspace and the GEMM plans, so a short run's mean carries it); and the engine thread's
+// host time in step() by part.
 import { afterEach, expect, it, vi } from 'vitest';
 
 import { engine, greedy, prompts, runAll } from './helpers.js';
@@ -24,4 +25,8 @@ it('reports the eager steps with their median and the first one', () => {
   const [, steps, mean, p50, first] = m!.map(Number);
   expect(steps).toBeGreaterThanOrEqual(3);  // on the CPU every step is eager
   expect([mean, p50, first].every((x) => x > 0)).toBe(true);
+  const phases = lines.find((l) => l.startsWith('mstar profile (engine thread):'));
+  const launches = phases?.match(/launch (\d+) x [\d.]+ ms/);
+  expect(launches, phases).not.toBeNull();
+  expect(Number(launches![1])).toBe(steps);  // every step launched once, each through step()
 });
