@@ -531,26 +531,32 @@ __global__ void combineKernel(Args p, bool streamed) {
   mergeSplits<T, 1>(p, t, blockIdx.y, used);
 }
 
-// streamKernel's tickets: one int per (token, block row) of a launch, zero between
-// launches (each merging block puts its ticket back). Allocated once, outside any capture
-// (a captured graph keeps the address); a launch needing more, or the first one if it
-// comes inside a capture, merges with combineKernel instead.
-constexpr size_t kTickets = size_t(1) << 20;
-int* tickets(size_t needed) {
+// A zeroed device buffer of Bytes for one use (Tag), allocated at the first call outside any
+// capture and kept (a captured graph keeps its address); null until then.
+template <typename Tag, size_t Bytes>
+void* keptBuffer() {
   static std::mutex mutex;
-  static int* buffer = nullptr;
+  static void* buffer = nullptr;
   std::lock_guard<std::mutex> lock(mutex);
   if (!buffer && !capturing()) {
-    buffer = static_cast<int*>(alloc(kTickets * sizeof(int)));
-    memsetAsync(buffer, 0, kTickets * sizeof(int));
+    buffer = alloc(Bytes);
+    memsetAsync(buffer, 0, Bytes);
   }
+  return buffer;
+}
+
+// streamKernel's tickets: one int per (token, block row) of a launch, zero between
+// launches (each merging block puts its ticket back), in a kept buffer; a launch needing
+// more, or the first one if it comes inside a capture, merges with combineKernel instead.
+constexpr size_t kTickets = size_t(1) << 20;
+int* tickets(size_t needed) {
+  int* buffer = static_cast<int*>(keptBuffer<struct Tickets, kTickets * sizeof(int)>());
   return needed <= kTickets ? buffer : nullptr;
 }
 
-// The splits' partials: one buffer of kPartialBytes, allocated once outside any capture, as
-// the tickets are. A Scratch per launch, captured, put a graph allocation before each decode
-// step's attention kernel and a free after it: nodes between kernels, where the next kernel
-// cannot start early. With both (these nodes, and streamKernel's splits past a short context
+// The splits' partials: a kept buffer of kPartialBytes, as the tickets are. A Scratch per
+// launch, captured, put a graph allocation before each decode step's attention kernel and a
+// free after it: nodes between kernels, where the next kernel cannot start early. With both (these nodes, and streamKernel's splits past a short context
 // waiting to leave) gone, Qwen3-0.6B's decode step in tables as wide as max_model_len, which
 // always split, took 0.807 ms at 1 sequence against 0.851 (0.800 in tables as wide as the
 // context, which do not split); either alone left it at 0.85 (bench/decode_step.mjs,
@@ -559,10 +565,7 @@ int* tickets(size_t needed) {
 // chunk's many splits) take a Scratch.
 constexpr size_t kPartialBytes = size_t(32) << 20;
 float* partialsFor(size_t bytes) {
-  static std::mutex mutex;
-  static float* buffer = nullptr;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (!buffer && !capturing()) buffer = static_cast<float*>(alloc(kPartialBytes));
+  float* buffer = static_cast<float*>(keptBuffer<struct Partials, kPartialBytes>());
   return bytes <= kPartialBytes ? buffer : nullptr;
 }
 
