@@ -14,6 +14,7 @@
 // numbers are timings only: the dropped op's outputs are stale). The isolated times of
 // prefill_step.mjs's OPS=1 overstate ops that overlap their neighbours (a projection's weights
 // stream into L2 during the kernel before it).
+// SLOTS: the pool's slot count (bench/one_adapter.mjs; default 2).
 // Needs dist/ and the addon (as bench/gpu_session.sh).
 import { join } from 'node:path';
 

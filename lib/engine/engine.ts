@@ -8,6 +8,7 @@ import { Scheduler, type ScheduledSeq } from './scheduler.js';
 import { Sequence } from './sequence.js';
 import { StepPhases, type StepPhase } from './step_phases.js';
 import type { EngineStats, GenerateRequest, ModelInfo, RequestOutput } from './types.js';
+import { opTimes } from '../addon/index.js';
 import { KvCache, type Model } from '../models/index.js';
 import { LoraManager, type LoraOptions } from '../lora/manager.js';
 
@@ -129,6 +130,7 @@ export class Engine {
     this.due?.sampled();
     this.inFlight = this.due = this.planned = undefined;
     if (this.phases) console.error(this.phases.line());
+    if (opTimes) console.error(opTimes.line(this.steps ? 'from the first step on' : 'no step ran'));
     this.runner.close();
     this.runner.kv.dispose();
     if (this.lora) {
@@ -230,6 +232,11 @@ export class Engine {
     }
     batch = batch.filter((e) => e.seq.status !== 'finished');  // (aborted while planned)
     if (batch.length === 0) return fromPlan ? [...outputs, ...this.step()] : outputs;
+    if (opTimes && this.steps === 0) {
+      // What loading and graph capture cost, apart from what serving does.
+      console.error(opTimes.line('before the first step'));
+      opTimes.reset();
+    }
     const launched = this.timed('launch', () => this.runner.launch(batch, prev));
     this.advance(batch);
     this.register(batch);
