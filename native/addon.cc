@@ -102,6 +102,17 @@ Napi::Value GemmTuning(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+// gemmRowBuckets(maxRows): the row counts above 64 whose GEMMs make cuBLASLt plans, up to the
+// one serving maxRows (cublaslt::rowBuckets).
+Napi::Value GemmRowBuckets(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 1 || !info[0].IsNumber()) throw Napi::TypeError::New(env, "gemmRowBuckets(maxRows): one number");
+  const std::vector<int64_t> buckets = cublaslt::rowBuckets(info[0].As<Napi::Number>().Int64Value());
+  Napi::Array out = Napi::Array::New(env, buckets.size());
+  for (size_t i = 0; i < buckets.size(); ++i) out[uint32_t(i)] = Napi::Number::New(env, double(buckets[i]));
+  return out;
+}
+
 // synchronize(): waits for every op enqueued on the CUDA stream (a no-op without CUDA).
 Napi::Value Synchronize(const Napi::CallbackInfo& info) {
   withErrors(info.Env(), "synchronize", [] { gpu::synchronize(); });
@@ -121,6 +132,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports["cudaMemInfo"] = Napi::Function::New<CudaMemInfo>(env, "cudaMemInfo");
   exports["cudaReadBandwidth"] = Napi::Function::New<CudaReadBandwidth>(env, "cudaReadBandwidth");
   exports["gemmTuning"] = Napi::Function::New<GemmTuning>(env, "gemmTuning");
+  exports["gemmRowBuckets"] = Napi::Function::New<GemmRowBuckets>(env, "gemmRowBuckets");
   exports["synchronize"] = Napi::Function::New<Synchronize>(env, "synchronize");
   RegisterOps(env, exports);
   RegisterLoraOps(env, exports);

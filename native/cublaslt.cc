@@ -259,6 +259,12 @@ std::unique_ptr<Plan> makePlan(int64_t n, int64_t in, int64_t outF, int64_t ldw,
 
 void setTuning(bool on) { gTuning.store(on); }
 
+std::vector<int64_t> rowBuckets(int64_t maxRows) {
+  std::vector<int64_t> buckets;
+  for (int64_t n = kTunedRows + 1; n <= maxRows; n = buckets.back() + 1) buckets.push_back(rowBucket(n));
+  return buckets;
+}
+
 bool gemmBf16(void* out, const void* x, const void* w, int64_t n, int64_t in, int64_t outF, void* stream,
               bool accumulate, int64_t ldw) {
   if (ldw == 0) ldw = in;

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace mstar::cublaslt {
 
@@ -32,5 +33,11 @@ bool gemmBf16(void* out, const void* x, const void* w, int64_t n, int64_t in, in
 // engine turns it on for its warm-up steps only: a shape first met while serving (a short
 // prompt's row count) would stall the stream for its timing. MSTAR_GEMM_TUNE=0 keeps it off.
 void setTuning(bool on);
+
+// The row counts above 64 whose GEMMs make a shape's plans (a step of n rows runs the plan of
+// the least of them >= n), up to the one that serves maxRows. A shape's first GEMM at one of
+// them, or at any count up to 64, picks its algorithm and may run that kernel for the first
+// time: milliseconds of host time, which the engine's warm-up spends before serving.
+std::vector<int64_t> rowBuckets(int64_t maxRows);
 
 }  // namespace mstar::cublaslt

@@ -178,6 +178,12 @@ export interface Binding {
    * its graphs' warm-up steps; MSTAR_GEMM_TUNE=0 keeps it off).
    */
   gemmTuning(on: boolean): void;
+  /**
+   * The row counts above 64 from which GEMMs make cuBLASLt's plans (a GEMM of n rows runs the
+   * plan of the least of them >= n), up to the one serving maxRows: the engine's warm-up steps
+   * meet each of them once, and every count up to 64.
+   */
+  gemmRowBuckets(maxRows: number): number[];
   /** Waits for every op enqueued on the cuda stream (a no-op when nothing was). */
   synchronize(): void;
   /**

@@ -1,6 +1,7 @@
 // The engine: requests in, one scheduled step at a time, token outputs out. It runs on the
 // engine thread (worker.ts); nothing here waits on I/O.
 import { BlockManager } from './block_manager.js';
+import { warmUpSizes } from './eager_warmup.js';
 import type { GraphStats } from './graph_runner.js';
 import { cudaGraphsSetting, loraGemmRowsSetting, overlapSetting, profileSetting } from './options.js';
 import { ModelRunner, type Launched, type Sampled } from './runner.js';
@@ -8,7 +9,7 @@ import { Scheduler, type ScheduledSeq } from './scheduler.js';
 import { Sequence } from './sequence.js';
 import { StepPhases, type StepPhase } from './step_phases.js';
 import type { EngineStats, GenerateRequest, ModelInfo, RequestOutput } from './types.js';
-import { opTimes } from '../addon/index.js';
+import { addon, opTimes } from '../addon/index.js';
 import { KvCache, type Model } from '../models/index.js';
 import { LoraManager, type LoraOptions } from '../lora/manager.js';
 
@@ -121,6 +122,19 @@ export class Engine {
     // Its warm-up steps overwrite the id buffer a launched step's successor reads.
     if (this.inFlight || this.due) throw new EngineError('captureGraphs: a step is in flight; capture before the first step');
     return this.runner.graphs?.captureAll() ?? 0;
+  }
+
+  /**
+   * On cuda, runs each eager step shape once (ModelRunner.warmUpEager: every row count up to 64
+   * and each cuBLASLt row bucket up to max_num_batched_tokens), so that no request's step meets
+   * a GEMM shape first. After captureGraphs: its warm-ups time the decode shapes' algorithms,
+   * which a plan made here first would keep untimed. Returns the steps run.
+   */
+  warmUpEagerSteps(): number {
+    if (this.inFlight || this.due) throw new EngineError('warmUpEagerSteps: a step is in flight; warm up before the first step');
+    if (this.model.placement.device !== 'cuda') return 0;
+    const max = this.limits.maxNumBatchedTokens;
+    return this.runner.warmUpEager(warmUpSizes(max, addon.gemmRowBuckets(max)));
   }
 
   /** Frees the graphs, the KV cache and the adapter pool (printing MSTAR_PROFILE's summary); no step may follow. */

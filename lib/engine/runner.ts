@@ -6,9 +6,10 @@
 import { performance } from 'node:perf_hooks';
 
 import { addon, type Tensor } from '../addon/index.js';
-import type { KvCache, Model, StepInput, StepTensors } from '../models/index.js';
+import { stepTensors, type KvCache, type Model, type StepInput, type StepTensors } from '../models/index.js';
 import { Workspace } from '../models/workspace.js';
 import type { SlotWeights } from '../lora/slot_weights.js';
+import { warmUpStep } from './eager_warmup.js';
 import { GraphRunner, type GraphRunnerOptions, type GraphStats } from './graph_runner.js';
 import { unreadRows, type Launched, type Sampled } from './launched.js';
 import { Readback } from './readback.js';
@@ -85,6 +86,31 @@ export class ModelRunner {
       if ((this.timing.graph.steps + this.timing.eager.steps) % 1000 === 0) console.error(this.profileLine());
     }
     return launched;
+  }
+
+  /**
+   * One padding step (eager_warmup.ts) of each row count in `sizes` on the eager workspace,
+   * without a LoRA plan and, where the model has an adapter pool, with one: the GEMM plans and
+   * kernels of the eager steps to come, met now. No sequence's cache changes. Returns the steps
+   * run, once they have all run.
+   */
+  warmUpEager(sizes: readonly number[]): number {
+    const o = this.options;
+    let steps = 0;
+    for (const lora of this.model.lora ? [false, true] : [false]) {
+      for (const n of sizes) {
+        if (n > o.maxNumBatchedTokens) continue;
+        const step = stepTensors(warmUpStep(n, o.maxBatchSize, this.kv.blockSize, lora), this.model.placement.device);
+        try {
+          this.model.forward(step, this.kv, this.eagerWorkspace()).dispose();
+        } finally {
+          step.dispose();
+        }
+        steps++;
+      }
+    }
+    addon.synchronize();
+    return steps;
   }
 
   graphStats(): GraphStats | undefined {

@@ -48,6 +48,10 @@ async function start(init: WorkerInit): Promise<Engine> {
   const t0 = performance.now();
   const captured = engine.captureGraphs();
   if (captured > 0) send({ type: 'progress', message: `cuda graphs: ${captured} captured in ${((performance.now() - t0) / 1000).toFixed(1)} s` });
+  if (placement.device === 'cuda') send({ type: 'progress', message: 'warming up eager step shapes' });
+  const t1 = performance.now();
+  const warmed = engine.warmUpEagerSteps();
+  if (warmed > 0) send({ type: 'progress', message: `eager step shapes: ${warmed} warm-up steps in ${((performance.now() - t1) / 1000).toFixed(1)} s` });
   return engine;
 }
 
