@@ -15,11 +15,11 @@ interface OpTime {
 export class OpTimes {
   private readonly byName = new Map<string, OpTime>();
 
-  /** binding with each function timed into these totals (other members as they are). */
+  /** binding with each function timed into these totals (other members, classes among them, as they are). */
   wrap<B extends object>(binding: B): B {
     const timed: Record<string, unknown> = {};
     for (const [name, member] of Object.entries(binding)) {
-      if (typeof member !== 'function') {
+      if (typeof member !== 'function' || isClass(member)) {
         timed[name] = member;
         continue;
       }
@@ -54,4 +54,9 @@ export class OpTimes {
       .map(([name, t]) => `${name} ${t.calls} x ${(t.ms / t.calls).toFixed(3)} ms (${t.ms.toFixed(1)} ms, longest ${t.maxMs.toFixed(3)})`);
     return `mstar profile (addon calls, ${when}): ${parts.length ? parts.join(', ') : 'none'}`;
   }
+}
+
+/** A class (the binding's Tensor): methods on its prototype; `new` and instanceof need it as it is. */
+function isClass(f: { prototype?: object }): boolean {
+  return f.prototype !== undefined && Object.getOwnPropertyNames(f.prototype).length > 1;
 }

@@ -25,6 +25,16 @@ describe('OpTimes (MSTAR_PROFILE_OPS: host time of every addon call)', () => {
     expect(Number(/busy 1 x [\d.]+ ms \([\d.]+ ms, longest (\d+\.\d{3})\)/.exec(line)![1])).toBeGreaterThanOrEqual(19);
   });
 
+  it('leaves a class as it is (new and instanceof work)', () => {
+    class Box {
+      constructor(readonly v: number) {}
+      get(): number { return this.v; }
+    }
+    const timed = new OpTimes().wrap({ Box });
+    expect(timed.Box).toBe(Box);
+    expect(new timed.Box(4)).toBeInstanceOf(Box);
+  });
+
   it('counts a call that throws, and rethrows', () => {
     const times = new OpTimes();
     const timed = times.wrap({ fail(): void { throw new Error('bad shape'); } });
