@@ -556,11 +556,11 @@ int* tickets(size_t needed) {
 
 // The splits' partials: a kept buffer of kPartialBytes, as the tickets are. A Scratch per
 // launch, captured, put a graph allocation before each decode step's attention kernel and a
-// free after it: nodes between kernels, where the next kernel cannot start early. With both (these nodes, and streamKernel's splits past a short context
-// waiting to leave) gone, Qwen3-0.6B's decode step in tables as wide as max_model_len, which
-// always split, took 0.807 ms at 1 sequence against 0.851 (0.800 in tables as wide as the
-// context, which do not split); either alone left it at 0.85 (bench/decode_step.mjs,
-// WIDTH=40960). A decode step holds at most a wave of blocks, each its query heads' partials:
+// free after it: nodes between kernels, where the next kernel cannot start early. With both
+// (these nodes, and streamKernel's splits past a short context waiting to leave) gone,
+// Qwen3-0.6B's decode step in tables as wide as max_model_len, which always split, took
+// 0.807 ms at 1 sequence against 0.851 (0.800 in tables as wide as the context, which do not
+// split); either alone left it at 0.85 (bench/decode_step.mjs, WIDTH=40960). A decode step holds at most a wave of blocks, each its query heads' partials:
 // 2112 blocks of 8 heads of 256 dims need 17.5 MB. Partials past the buffer (a prefill
 // chunk's many splits) take a Scratch.
 constexpr size_t kPartialBytes = size_t(32) << 20;
@@ -699,9 +699,9 @@ void pagedAttention(DType act, void* out, const void* qkv, KvCache c, const int3
   launch("pagedAttention kernel", kernel, grid, threads, 0, a);
   if (splits > 1 && !a.tickets) {
     dim3 cgrid(unsigned(numTokens), unsigned(l.numHeads));
-    int threads = std::min(256, (l.headDim + 31) / 32 * 32);
+    const int combineThreads = std::min(256, (l.headDim + 31) / 32 * 32);
     withAct(act, [&](auto tt) {
-      launch("pagedAttention combine kernel", combineKernel<decltype(tt)>, cgrid, threads, 0, a, streamed);
+      launch("pagedAttention combine kernel", combineKernel<decltype(tt)>, cgrid, combineThreads, 0, a, streamed);
     });
   }
 }
