@@ -33,7 +33,7 @@ const maxTokens = Math.max(...PROMPTS) * (LEN + REPS + 4);
 
 const cuda = process.env.DEVICE !== 'cpu';
 const model = loadModel(dir, { placement: cuda ? cudaPlacement() : CPU });
-model.loraGemmRows = loraGemmRowsSetting();  // as the engine sets it (MSTAR_LORA_GEMM_ROWS)
+model.loraGemmRows = loraGemmRowsSetting(model.config.hiddenSize);  // as the engine sets it (MSTAR_LORA_GEMM_ROWS)
 const { lora, pool, slot } = await poolWithOneAdapter(model, process.env.ADAPTERS ?? join(dir, 'adapters'));
 const blocksPer = Math.ceil((LEN + REPS + 4) / BS);
 const kv = new KvCache(model.config, Math.max(...PROMPTS) * blocksPer, BS, model.placement);

@@ -74,7 +74,7 @@ export class Engine {
     if (limits.lora) {
       this.lora = new LoraManager(model, limits.lora);
       model.lora = this.lora.weights;
-      model.loraGemmRows = loraGemmRowsSetting();
+      model.loraGemmRows = loraGemmRowsSetting(c.hiddenSize);
     }
     const lora = this.lora;
     const hooks = lora && {

@@ -60,14 +60,18 @@ export function overlapSetting(option: boolean | undefined, cuda: boolean, env: 
 /**
  * From how many rows a step's adapters shrink and expand by GEMMs over every slot at once
  * instead of the per-row kernels (LlamaModel.loraGemmRows): MSTAR_LORA_GEMM_ROWS, a
- * tuning knob for benchmarks; by default 1024. Below it the per-row path's eager step is
- * done sooner (Qwen3-0.6B, one adapter, bench/prefill_step.mjs on an H200: 256 rows 2.4
- * against 5.4 ms, 1024 rows 4.8 against 5.2), its two fewer launches a projection
- * outweighing its slower deltas; at 4096 rows the GEMMs win (12.0 against 15.2 ms).
+ * tuning knob for benchmarks; by default 2^20 / hiddenSize rows, at most 1024. The per-row
+ * path has two fewer launches a projection, but its deltas re-read the slot's b for every
+ * row, work that grows with rows × width; the GEMM path's extra work hardly grows with the
+ * rows. One adapter, bench/prefill_step.mjs on an H200, GPU ms per-row / GEMM path:
+ * Qwen3-0.6B (hidden 1024) 256 rows 2.16 / 2.50, 512 rows 2.88 / 2.80, with its eager step
+ * done sooner on the per-row path up to 1024 rows (3.46 / 4.73 ms at 512: host-bound);
+ * Qwen3-8B (hidden 4096) 128 rows 6.46 / 6.86, 256 rows 8.81 / 8.57, 512 rows 15.46 / 13.49
+ * (LoRA off 11.57). At 4096 rows the GEMMs win at either size.
  */
-export function loraGemmRowsSetting(env: NodeJS.ProcessEnv = process.env): number {
+export function loraGemmRowsSetting(hiddenSize: number, env: NodeJS.ProcessEnv = process.env): number {
   const raw = env.MSTAR_LORA_GEMM_ROWS?.trim();
-  if (!raw) return 1024;
+  if (!raw) return Math.min(1024, Math.round(2 ** 20 / hiddenSize));
   const rows = raw === 'inf' ? Infinity : Number(raw);
   if (!(rows >= 1)) throw new Error(`MSTAR_LORA_GEMM_ROWS=${raw} is not understood: use a row count, or inf`);
   return rows;

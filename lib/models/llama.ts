@@ -23,9 +23,9 @@ export class LlamaModel {
    * adapters shrink by one GEMM over every slot's A and expand in the projection's GEMM, by b
    * beside W; below, each projection's GEMM by W with every slot's A beneath gives its shrink
    * with its output, and the op that takes the output expands, a rank-long dot product an
-   * output, which at 4096 rows costs more than the GEMM path does, though below ~1000 rows
-   * the GEMM path's two extra launches a projection cost the host more (the engine sets it
-   * from MSTAR_LORA_GEMM_ROWS; tests move it to compare the two).
+   * output, a cost that grows with rows × width, while the GEMM path's two extra launches a
+   * projection cost about the same at any rows (the engine sets it from the hidden size or
+   * MSTAR_LORA_GEMM_ROWS, see loraGemmRowsSetting; tests move it to compare the two).
    */
   loraGemmRows = 1024;
 

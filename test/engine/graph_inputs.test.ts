@@ -145,10 +145,16 @@ describe('settings', () => {
     expect(profileSetting({})).toBe(false);
   });
 
-  it('MSTAR_LORA_GEMM_ROWS: a row count, or inf; 1024 by default', () => {
-    expect(loraGemmRowsSetting({})).toBe(1024);
-    expect(loraGemmRowsSetting({ MSTAR_LORA_GEMM_ROWS: '256' })).toBe(256);
-    expect(loraGemmRowsSetting({ MSTAR_LORA_GEMM_ROWS: 'inf' })).toBe(Infinity);
-    for (const bad of ['0', '-3', 'many']) expect(() => loraGemmRowsSetting({ MSTAR_LORA_GEMM_ROWS: bad })).toThrow(/MSTAR_LORA_GEMM_ROWS=.* is not understood/);
+  it('MSTAR_LORA_GEMM_ROWS: a row count, or inf; by default 2^20 / hidden size rows, at most 1024', () => {
+    expect(loraGemmRowsSetting(1024, {})).toBe(1024);  // Qwen3-0.6B
+    expect(loraGemmRowsSetting(64, {})).toBe(1024);
+    expect(loraGemmRowsSetting(4096, {})).toBe(256);  // Qwen3-8B
+    expect(loraGemmRowsSetting(2560, {})).toBe(410);  // Qwen3-4B
+    expect(loraGemmRowsSetting(4096, { MSTAR_LORA_GEMM_ROWS: '256' })).toBe(256);
+    expect(loraGemmRowsSetting(1024, { MSTAR_LORA_GEMM_ROWS: '2048' })).toBe(2048);
+    expect(loraGemmRowsSetting(4096, { MSTAR_LORA_GEMM_ROWS: 'inf' })).toBe(Infinity);
+    for (const bad of ['0', '-3', 'many']) {
+      expect(() => loraGemmRowsSetting(1024, { MSTAR_LORA_GEMM_ROWS: bad })).toThrow(/MSTAR_LORA_GEMM_ROWS=.* is not understood/);
+    }
   });
 });
