@@ -19,14 +19,17 @@ inline bool deltaRunsOf(const LoraDelta& d, int v, size_t elem) {
   return d.ldb % v == 0 && aligned(d.bT, v * elem) && d.ldt % 8 == 0 && d.rank % 8 == 0 && aligned(d.t, 16);
 }
 
-// Where a run of outputs [o0, o1) takes its delta from for `slot`. The consumers find it before
-// awaitPrior: the slices are parameters and the ranks the pool's (no op of a step writes them),
-// so the read of the slot's rank happens while the kernel before still runs, not as a round
-// trip of its own between the wait and the loads of t and bT. (loraDeltas, the output-by-output
-// path, finds one an output.)
+// Where a run of outputs [o0, o1) takes its delta from for `slot`, found before awaitPrior
+// (the slices are parameters). All of the pool's rank: past a slot's own rank, and for a
+// target its adapter lacks, t and bT hold zeros (the pool loads zeros there; t is x times zero
+// rows of A), so the slot's rank is not read. After a cuBLASLt GEMM, which lets nothing start
+// early, that read was one more dependent round trip before bT's loads (bench/decode_step.mjs,
+// one adapter, GPU ms a step with / without it: Qwen3-8B 8 rows 5.173 / 5.157, 32 rows 5.798 /
+// 5.780; Qwen3-0.6B 64 rows 1.862 / 1.847; equal where the tensor-core GEMV starts the op
+// early). (loraDeltas, the output-by-output path, finds one an output.)
 struct DeltaPlan {
   int64_t c = 0;      // the slot's slice's first column of t and first row of bT
-  int64_t used = 0;   // the slot's rank there (0: no delta)
+  int64_t used = 0;   // rank entries to sum: the pool's rank (0: no delta)
   bool runs = false;  // vec and one slice: a load of bT a rank entry for V outputs (loraDeltasRun)
 };
 __device__ __forceinline__ DeltaPlan deltaPlan(const LoraDelta& d, bool vec, int32_t slot, int64_t o0, int64_t o1) {
@@ -36,7 +39,7 @@ __device__ __forceinline__ DeltaPlan deltaPlan(const LoraDelta& d, bool vec, int
   p.runs = vec && s == d.slices.of(o1 - 1);
   if (slot <= 0 || slot >= d.numSlots || s >= d.slices.count) return p;
   p.c = (int64_t(slot) * d.slices.count + s) * d.rank;
-  p.used = d.ranks ? min(d.rank, int64_t(d.ranks[int64_t(slot) * d.slices.count + s])) : d.rank;
+  p.used = d.rank;
   return p;
 }
 

@@ -47,7 +47,8 @@ export interface Tensor {
  * by every slot (t, slots * S * R columns). The op adds to output o of row r t[r, its slot's
  * slice of o] · bT[the same, o]; bT [slots * S * R, out] is every slot's b transposed.
  * slotRanks [slots, S] gives the slots and slices; sliceStarts (S + 1 entries, from 0 to out)
- * each slice's first output: host values, which the kernels take as parameters.
+ * each slice's first output: host values, which the kernels take as parameters. (The CUDA ops
+ * sum the pool's whole rank: t is zero past a slot's own, as the pool's A rows are.)
  */
 export type LoraDelta = [bT: Tensor, slotOfRow: Tensor, sliceStarts: Int32Array, slotRanks: Tensor];
 
