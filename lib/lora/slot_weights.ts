@@ -16,8 +16,9 @@
 // Scales are folded into b at load; ranks below R are zero-padded (the GEMMs multiply the
 // zeros), and `ranks` tells the shrink and expand kernels each slot's rank per slice, so they
 // neither read nor multiply the padding (the delta ops after an extended GEMM sum the pool's
-// whole rank instead: a read of the slot's rank would be a round trip on their path). A load copies the adapter's host image (slot_image.ts) into a
-// staging tensor and runs the slot's scatter plan: one copy and one kernel.
+// whole rank instead: a read of the slot's rank would be a round trip on their path). A load
+// copies the adapter's host image (slot_image.ts) into a staging tensor and runs the slot's
+// scatter plan: one copy and one kernel.
 import { addon, type FloatDType, type ScatterPlan, type ScatterRegion, type Tensor } from '../addon/index.js';
 import type { ModelConfig } from '../checkpoint/config.js';
 import { rulesFor } from '../checkpoint/families/index.js';
