@@ -14,7 +14,11 @@
 // numbers are timings only: the dropped op's outputs are stale). The isolated times of
 // prefill_step.mjs's OPS=1 overstate ops that overlap their neighbours (a projection's weights
 // stream into L2 during the kernel before it).
-// SLOTS: the pool's slot count (bench/one_adapter.mjs; default 2).
+// SLOTS: the pool's slot count (bench/one_adapter.mjs; default 2). MODES=off,one: only those
+// modes. VARIANTS="MSTAR_X=0;MSTAR_X=1,MSTAR_Y=2": each mode's step timed twice under each
+// variant's environment, set before its capture and removed after (an A/B of switches the
+// addon reads at each launch, in one process: calls to the GPU machine land on machines that
+// differ by a few %); the mode's time is then its first variant's best.
 // Needs dist/ and the addon (as bench/gpu_session.sh).
 import { join } from 'node:path';
 
@@ -63,14 +67,34 @@ const stepMs = (s, ws) => graphTimedUs(STEPS, () => model.forward(s, kv, ws).dis
 const OPS = ['embedding', 'rmsNorm', 'addRmsNorm', 'linear', 'linearWide', 'loraShrink', 'linearExpand', 'loraExpand',
   'ropeKvWrite', 'pagedAttention', 'siluMul', 'gatherRows'];
 // base: the pool on, no row on an adapter (the engine then runs its steps without a LoRA plan)
-const MODES = [['off', undefined, wsOff], ['base', undefined, wsOn], ['one', slot, wsOn]];
+const MODES = [['off', undefined, wsOff], ['base', undefined, wsOn], ['one', slot, wsOn]]
+  .filter(([mode]) => (process.env.MODES ?? 'off,base,one').split(',').includes(mode));
+const VARIANTS = process.env.VARIANTS?.split(';').map((v) => v.split(',').filter(Boolean).map((e) => e.split('=')));
+
+/** GPU ms of step s (under each of VARIANTS, printed; returned: the first variant's best). */
+function timed(C, mode, s, ws) {
+  if (!VARIANTS) return stepMs(s, ws);
+  let first;
+  for (const vars of VARIANTS) {
+    for (const [k, v] of vars) process.env[k] = v;
+    try {
+      const ms = [stepMs(s, ws), stepMs(s, ws)];
+      console.log(`  c=${C} ${mode} [${vars.map((kv) => kv.join('=')).join(',') || 'as is'}]: ${ms.map((x) => x.toFixed(3)).join(' ')} ms`);
+      first ??= Math.min(...ms);
+    } finally {
+      for (const [k] of vars) delete process.env[k];
+    }
+  }
+  return first;
+}
+
 console.log(`${dir}: ${model.config.numLayers} layers, hidden ${model.config.hiddenSize}; decode at context ${LEN}, tables ${tableWidth * BS} wide; GPU ms a step, medians of ${REPS} replays of ${STEPS} steps`);
 for (const C of SEQS) {
   const times = {};
   for (const [mode, rowSlot, ws] of MODES) {
     model.lora = mode === 'off' ? undefined : pool;
     const s = step(C, rowSlot);
-    const full = stepMs(s, ws);
+    const full = timed(C, mode, s, ws);
     times[mode] = full;
     if (process.env.DROP === '1') {
       const costs = [];
@@ -89,7 +113,7 @@ for (const C of SEQS) {
     }
     s.dispose();
   }
-  console.log(`c=${C}: off ${times.off.toFixed(3)}, base ${times.base.toFixed(3)}, one ${times.one.toFixed(3)} ms ` +
+  if (times.off && times.base && times.one) console.log(`c=${C}: off ${times.off.toFixed(3)}, base ${times.base.toFixed(3)}, one ${times.one.toFixed(3)} ms ` +
     `(base/off ${(times.off / times.base * 100).toFixed(1)}%, one/off ${(times.off / times.one * 100).toFixed(1)}%)`);
 }
 model.lora = pool;
