@@ -73,7 +73,7 @@ model.forward = (...args) => {
 };
 
 let id = 0;
-const prompt = (i) => Array.from({ length: promptLen }, (_, j) => 1 + ((i * 7919 + j * 104729) % 30000));
+const prompt = (i) => Array.from({ length: promptLen }, (_, j) => 1 + ((i * 7919 + j * 104729) % Math.min(30000, model.config.vocabSize - 2)));
 /** Host ms of each op per step, over `steps` steps of the engine (prefill: 1 step, decode: many). */
 function measure(label, adapter) {
   for (let i = 0; i < rows; i++) engine.add({ id: `${id++}`, promptIds: prompt(id), params: { maxTokens: 16, temperature: 0, topP: 1, topK: 0, seed: null, stopTokenIds: [], ignoreEos: true, minTokens: 0, logprobs: null }, adapter });
