@@ -113,8 +113,9 @@ for (const C of SEQS) {
     }
     s.dispose();
   }
-  if (times.off && times.base && times.one) console.log(`c=${C}: off ${times.off.toFixed(3)}, base ${times.base.toFixed(3)}, one ${times.one.toFixed(3)} ms ` +
-    `(base/off ${(times.off / times.base * 100).toFixed(1)}%, one/off ${(times.off / times.one * 100).toFixed(1)}%)`);
+  const ratios = times.off ? ['base', 'one'].filter((m) => times[m]).map((m) => `${m}/off ${(times.off / times[m] * 100).toFixed(1)}%`) : [];
+  console.log(`c=${C}: ${Object.entries(times).map(([m, ms]) => `${m} ${ms.toFixed(3)}`).join(', ')} ms` +
+    (ratios.length ? ` (${ratios.join(', ')})` : ''));
 }
 model.lora = pool;
 [wsOff, wsOn, kv].forEach((t) => t.dispose());
