@@ -14,7 +14,8 @@
 // numbers are timings only: the dropped op's outputs are stale). The isolated times of
 // prefill_step.mjs's OPS=1 overstate ops that overlap their neighbours (a projection's weights
 // stream into L2 during the kernel before it).
-// SLOTS: the pool's slot count (bench/one_adapter.mjs; default 2). MODES=off,one: only those
+// SLOTS, TARGETS: the pool's slot count (default 2) and targets (default the adapter's own;
+// all: every target), bench/one_adapter.mjs. MODES=off,one: only those
 // modes. VARIANTS="MSTAR_X=0;MSTAR_X=1,MSTAR_Y=2": each mode's step timed twice under each
 // variant's environment, set before its capture and removed after (an A/B of switches the
 // addon reads at each launch, in one process: calls to the GPU machine land on machines that

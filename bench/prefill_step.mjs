@@ -14,7 +14,8 @@
 // PROMPTS=1,2,8,32 (P), LEN=128 (L), REPS=9. OPS=1 also prints, for each mode at the largest P, each
 // op's total GPU time over one step (each call timed alone, replayed in a graph).
 // MSTAR_LORA_GEMM_ROWS moves the adapters' path as in the engine (inf: the decode-size path).
-// SLOTS: the pool's slot count (bench/one_adapter.mjs; default 2).
+// SLOTS, TARGETS: the pool's slot count (default 2) and targets (default the adapter's own;
+// all: every target), bench/one_adapter.mjs.
 // Needs dist/ and the addon (as bench/gpu_session.sh).
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
