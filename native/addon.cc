@@ -93,7 +93,7 @@ Napi::Value CudaLibraries(const Napi::CallbackInfo& info) {
   return o;
 }
 
-// gemmTuning(on): whether a GEMM shape of up to 64 rows met for the first time (outside a
+// gemmTuning(on): whether a GEMM shape of up to gemmTunedRows rows met for the first time (outside a
 // capture) picks cuBLASLt's algorithm by timing its candidates (cublaslt::setTuning).
 Napi::Value GemmTuning(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -102,7 +102,7 @@ Napi::Value GemmTuning(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
-// gemmRowBuckets(maxRows): the row counts above 64 whose GEMMs make cuBLASLt plans, up to the
+// gemmRowBuckets(maxRows): the row counts above gemmTunedRows whose GEMMs make cuBLASLt plans, up to the
 // one serving maxRows (cublaslt::rowBuckets).
 Napi::Value GemmRowBuckets(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -133,6 +133,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports["cudaReadBandwidth"] = Napi::Function::New<CudaReadBandwidth>(env, "cudaReadBandwidth");
   exports["gemmTuning"] = Napi::Function::New<GemmTuning>(env, "gemmTuning");
   exports["gemmRowBuckets"] = Napi::Function::New<GemmRowBuckets>(env, "gemmRowBuckets");
+  exports["gemmTunedRows"] = Napi::Number::New(env, double(cublaslt::kTunedRows));
   exports["synchronize"] = Napi::Function::New<Synchronize>(env, "synchronize");
   RegisterOps(env, exports);
   RegisterLoraOps(env, exports);

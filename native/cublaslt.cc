@@ -172,13 +172,12 @@ const Status& status() {
   return gStatus;
 }
 
-// While tuning is on (setTuning), up to this many rows (decode steps) a shape's algorithm is
+// While tuning is on (setTuning), up to kTunedRows rows (decode steps) a shape's algorithm is
 // the fastest of the heuristic's first kCandidates, timed on the shape's own operands, where
 // it beats the first pick by 3% or more. The first pick ran Qwen3-8B's gate_up with an adapter's 64 rows of A beneath W 3 µs
 // (6%) slower than W alone at 8 and 32 rows, however those rows were padded; with the timed
 // choice 8B decode at 8 sequences ran 5.71 -> 5.47 ms a step with one adapter and 5.19 ->
 // 5.05 without LoRA (H200, equal at 32). Prefill-sized GEMMs take the first pick.
-constexpr int64_t kTunedRows = 64;
 
 // Above kTunedRows, the rows a plan is made for: n rounded up to a quarter of its power of
 // two (65 -> 80, 300 -> 320, 4000 -> 4096), four buckets an octave. Prefill steps come in

@@ -174,15 +174,20 @@ export interface Binding {
    */
   cudaReadBandwidth(bytes: number, passes: number): number;
   /**
-   * Whether a GEMM shape of up to 64 rows, met for the first time outside a capture, picks
+   * Up to this many rows (64) every row count makes a GEMM plan of its own (decode steps),
+   * which gemmTuning picks by timing; above it, gemmRowBuckets.
+   */
+  gemmTunedRows: number;
+  /**
+   * Whether a GEMM shape of up to gemmTunedRows rows, met for the first time outside a capture, picks
    * cuBLASLt's algorithm by timing its candidates (off by default; the engine turns it on for
    * its graphs' warm-up steps; MSTAR_GEMM_TUNE=0 keeps it off).
    */
   gemmTuning(on: boolean): void;
   /**
-   * The row counts above 64 from which GEMMs make cuBLASLt's plans (a GEMM of n rows runs the
-   * plan of the least of them >= n), up to the one serving maxRows: the engine's warm-up steps
-   * meet each of them once, and every count up to 64.
+   * The row counts above gemmTunedRows from which GEMMs make cuBLASLt's plans (a GEMM of n rows
+   * runs the plan of the least of them >= n), up to the one serving maxRows: the engine's
+   * warm-up steps meet each of them once, and every count up to gemmTunedRows.
    */
   gemmRowBuckets(maxRows: number): number[];
   /** Waits for every op enqueued on the cuda stream (a no-op when nothing was). */

@@ -125,8 +125,8 @@ export class Engine {
   }
 
   /**
-   * On cuda, runs each eager step shape once (ModelRunner.warmUpEager: every row count up to 64
-   * and each cuBLASLt row bucket up to max_num_batched_tokens), so that no request's step meets
+   * On cuda, runs each eager step shape once (ModelRunner.warmUpEager: every row count up to
+   * addon.gemmTunedRows and each cuBLASLt row bucket up to max_num_batched_tokens), so that no request's step meets
    * a GEMM shape first. After captureGraphs: its warm-ups time the decode shapes' algorithms,
    * which a plan made here first would keep untimed. Returns the steps run.
    */

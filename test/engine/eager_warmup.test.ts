@@ -17,6 +17,7 @@ describe('warm-up sizes and steps (the eager steps\' GEMM shapes, met before ser
   });
 
   it('the native row buckets: a quarter of each power of two above 64, the last one serving max', () => {
+    expect(addon.gemmTunedRows).toBe(64);  // every count up to it its own plan: the sizes above
     const b = addon.gemmRowBuckets(1000);
     expect(b.slice(0, 6)).toEqual([80, 96, 112, 128, 160, 192]);
     expect(b[b.length - 1]).toBe(1024);
