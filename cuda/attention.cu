@@ -560,8 +560,9 @@ int* tickets(size_t needed) {
 // (these nodes, and streamKernel's splits past a short context waiting to leave) gone,
 // Qwen3-0.6B's decode step in tables as wide as max_model_len, which always split, took
 // 0.807 ms at 1 sequence against 0.851 (0.800 in tables as wide as the context, which do not
-// split); either alone left it at 0.85 (bench/decode_step.mjs, WIDTH=40960). A decode step holds at most a wave of blocks, each its query heads' partials:
-// 2112 blocks of 8 heads of 256 dims need 17.5 MB. Partials past the buffer (a prefill
+// split); either alone left it at 0.85 (bench/decode_step.mjs, WIDTH=40960). A decode step
+// holds at most a wave of blocks, each its query heads' partials: 2112 blocks of 8 heads of
+// 256 dims need 17.5 MB. Partials past the buffer (a prefill
 // chunk's many splits) take a Scratch.
 constexpr size_t kPartialBytes = size_t(32) << 20;
 float* partialsFor(size_t bytes) {

@@ -93,8 +93,8 @@ Napi::Value CudaLibraries(const Napi::CallbackInfo& info) {
   return o;
 }
 
-// gemmTuning(on): whether a GEMM shape of up to gemmTunedRows rows met for the first time (outside a
-// capture) picks cuBLASLt's algorithm by timing its candidates (cublaslt::setTuning).
+// gemmTuning(on): whether a GEMM shape of up to gemmTunedRows rows met for the first time
+// (outside a capture) picks cuBLASLt's algorithm by timing its candidates (cublaslt::setTuning).
 Napi::Value GemmTuning(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() != 1 || !info[0].IsBoolean()) throw Napi::TypeError::New(env, "gemmTuning(on): one boolean");
@@ -102,8 +102,8 @@ Napi::Value GemmTuning(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
-// gemmRowBuckets(maxRows): the row counts above gemmTunedRows whose GEMMs make cuBLASLt plans, up to the
-// one serving maxRows (cublaslt::rowBuckets).
+// gemmRowBuckets(maxRows): the row counts above gemmTunedRows whose GEMMs make cuBLASLt plans,
+// up to the one serving maxRows (cublaslt::rowBuckets).
 Napi::Value GemmRowBuckets(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() != 1 || !info[0].IsNumber()) throw Napi::TypeError::New(env, "gemmRowBuckets(maxRows): one number");

@@ -32,16 +32,17 @@ bool gemmBf16(void* out, const void* x, const void* w, int64_t n, int64_t in, in
 // rowBuckets), which tuning picks by timing (setTuning).
 constexpr int64_t kTunedRows = 64;
 
-// While on, a GEMM shape of up to kTunedRows rows met for the first time outside a capture takes the
-// fastest of cuBLASLt's candidates, timed; off (the default) the heuristic's first pick. The
+// While on, a GEMM shape of up to kTunedRows rows met for the first time outside a capture takes
+// the fastest of cuBLASLt's candidates, timed; off (the default) the heuristic's first pick. The
 // engine turns it on for its warm-up steps only: a shape first met while serving (a short
 // prompt's row count) would stall the stream for its timing. MSTAR_GEMM_TUNE=0 keeps it off.
 void setTuning(bool on);
 
 // The row counts above kTunedRows whose GEMMs make a shape's plans (a step of n rows runs the
 // plan of the least of them >= n), up to the one that serves maxRows. A shape's first GEMM at
-// one of them, or at any count up to kTunedRows, picks its algorithm and may run that kernel for the first
-// time: milliseconds of host time, which the engine's warm-up spends before serving.
+// one of them, or at any count up to kTunedRows, picks its algorithm and may run that kernel
+// for the first time: milliseconds of host time, which the engine's warm-up spends before
+// serving.
 std::vector<int64_t> rowBuckets(int64_t maxRows);
 
 }  // namespace mstar::cublaslt

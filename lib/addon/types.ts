@@ -179,9 +179,9 @@ export interface Binding {
    */
   gemmTunedRows: number;
   /**
-   * Whether a GEMM shape of up to gemmTunedRows rows, met for the first time outside a capture, picks
-   * cuBLASLt's algorithm by timing its candidates (off by default; the engine turns it on for
-   * its graphs' warm-up steps; MSTAR_GEMM_TUNE=0 keeps it off).
+   * Whether a GEMM shape of up to gemmTunedRows rows, met for the first time outside a
+   * capture, picks cuBLASLt's algorithm by timing its candidates (off by default; the engine
+   * turns it on for its graphs' warm-up steps; MSTAR_GEMM_TUNE=0 keeps it off).
    */
   gemmTuning(on: boolean): void;
   /**

@@ -126,9 +126,9 @@ export class Engine {
 
   /**
    * On cuda, runs each eager step shape once (ModelRunner.warmUpEager: every row count up to
-   * addon.gemmTunedRows and each cuBLASLt row bucket up to max_num_batched_tokens), so that no request's step meets
-   * a GEMM shape first. After captureGraphs: its warm-ups time the decode shapes' algorithms,
-   * which a plan made here first would keep untimed. Returns the steps run.
+   * addon.gemmTunedRows and each cuBLASLt row bucket up to max_num_batched_tokens), so that no
+   * request's step meets a GEMM shape first. After captureGraphs: its warm-ups time the decode
+   * shapes' algorithms, which a plan made here first would keep untimed. Returns the steps run.
    */
   warmUpEagerSteps(): number {
     if (this.inFlight || this.due) throw new EngineError('warmUpEagerSteps: a step is in flight; warm up before the first step');
