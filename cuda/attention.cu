@@ -98,6 +98,7 @@ __device__ __forceinline__ void loadDims(float (&dst)[DPL], const C* head, int l
 struct TokenKeys {
   const int32_t* table;
   int64_t count;
+  int64_t fresh;  // its sequence's first key written in this step (by the kernel before)
 };
 __device__ __forceinline__ TokenKeys keysOf(const Args& p, int64_t t) {
   int lo = int(min(t, int64_t(p.numSeqs - 1)));
@@ -117,7 +118,8 @@ __device__ __forceinline__ TokenKeys keysOf(const Args& p, int64_t t) {
   }
   const int64_t qLen = qEnd - qStart;
   const int64_t pos = ctx - qLen + (t - qStart);  // the last key it sees
-  return {p.tables + int64_t(lo) * p.maxBlocks, max(int64_t(0), min(pos + 1, p.maxBlocks * p.blockSize))};
+  return {p.tables + int64_t(lo) * p.maxBlocks, max(int64_t(0), min(pos + 1, p.maxBlocks * p.blockSize)),
+          max(int64_t(0), ctx - qLen)};
 }
 
 // streamKernel's keys per split for a token with `count` keys: even shares, none shorter
@@ -262,8 +264,56 @@ __global__ __launch_bounds__(NW * 32, streamBlocksPerSm(GT, NW)) void streamKern
   const int64_t share = streamShare(p, keys.count);
   const int used = int(max(int64_t(1), min(int64_t(p.numSplits), (keys.count + share - 1) / share)));
   if (p.tickets && split >= used) return;
-  awaitPrior();
   const int kBegin = int(min(keys.count, split * share)), kEnd = int(min(keys.count, kBegin + share));
+  const int64_t kvWidth = int64_t(p.numKvHeads) * HD;
+  const C* kBase = static_cast<const C*>(p.k) + int64_t(kvh) * HD + sub * EPL;
+  const C* vBase = static_cast<const C*>(p.v) + int64_t(kvh) * HD + sub * EPL;
+
+  // A round is U keys per lane group. Its keys' cache rows are looked up two rounds before
+  // their use and their K and V rows loaded one round before, so a warp always has a round
+  // of loads in flight and the table's round trip is off the path.
+  constexpr int stride = NW * KPW * U;
+  auto lookup = [&](int c0, int32_t (&slot)[U]) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int key = c0 + u * KPW + grp;
+      slot[u] = key < kEnd ? slotOf(p, keys.table, key) : -1;
+    }
+  };
+  auto load = [&](int32_t row, uint4& kr, uint4& vr) {
+    kr = *reinterpret_cast<const uint4*>(kBase + int64_t(row) * kvWidth);
+    vr = *reinterpret_cast<const uint4*>(vBase + int64_t(row) * kvWidth);
+  };
+  // Masked keys load nothing (unwritten rows may be NaN).
+  auto fetch = [&](const int32_t (&slot)[U], uint4 (&kr)[U], uint4 (&vr)[U]) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
+      if (slot[u] >= 0) load(slot[u], kr[u], vr[u]);
+    }
+  };
+  // A wide block's first round loads before the wait (what earlier steps wrote: no op of
+  // this one writes it), but for this step's keys (from `fresh` on), which the kernel
+  // before writes: theirs after it. Wide blocks are few, each a chain of rounds: Qwen3-0.6B's
+  // decode step took 0.779 ms against 0.803 at 1 sequence (one adapter, whose kernel before is
+  // longer: 0.866 against 0.889), 0.867 against 0.872 at 8 (0.927 against 0.947); Qwen3-8B's
+  // the same as before (bench/decode_step.mjs, context 192; 2048 to 16384: the same or up to
+  // 1% faster). Narrow blocks are many, each a round or two: early loads measured no change
+  // there. Two rounds early, which the loop then had to keep in flight from one to the next,
+  // lost where the kernel before is short (LoRA off: 0.6B 0.795 at 1 sequence, 0.878 at 8).
+  const int safe = NW != kNarrowWarps ? int(min(int64_t(kEnd), keys.fresh)) : 0;
+  int c0 = kBegin + warp * (KPW * U);
+  int32_t slot[U], next[U], now[U];  // now: round 0's rows that load before the wait (-1: none)
+  uint4 kr[U], vr[U];
+  lookup(c0, slot);
+#pragma unroll
+  for (int u = 0; u < U; ++u) now[u] = c0 + u * KPW + grp < safe ? slot[u] : -1;
+  fetch(now, kr, vr);
+  lookup(c0 + stride, next);
+  awaitPrior();
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+    if (now[u] < 0 && slot[u] >= 0) load(slot[u], kr[u], vr[u]);
 
   const T* qRow = static_cast<const T*>(p.qkv) + t * p.rowWidth + sub * EPL;
   float q[GT][EPL];
@@ -281,38 +331,6 @@ __global__ __launch_bounds__(NW * 32, streamBlocksPerSm(GT, NW)) void streamKern
 #pragma unroll
     for (int i = 0; i < EPL; ++i) acc[g][i] = 0;
   }
-  const int64_t kvWidth = int64_t(p.numKvHeads) * HD;
-  const C* kBase = static_cast<const C*>(p.k) + int64_t(kvh) * HD + sub * EPL;
-  const C* vBase = static_cast<const C*>(p.v) + int64_t(kvh) * HD + sub * EPL;
-
-  // A round is U keys per lane group. Its keys' cache rows are looked up two rounds before
-  // their use and their K and V rows loaded one round before, so a warp always has a round
-  // of loads in flight and the table's round trip is off the path.
-  constexpr int stride = NW * KPW * U;
-  auto lookup = [&](int c0, int32_t (&slot)[U]) {
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int key = c0 + u * KPW + grp;
-      slot[u] = key < kEnd ? slotOf(p, keys.table, key) : -1;
-    }
-  };
-  // Masked keys load nothing (unwritten rows may be NaN).
-  auto fetch = [&](const int32_t (&slot)[U], uint4 (&kr)[U], uint4 (&vr)[U]) {
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
-      if (slot[u] >= 0) {
-        kr[u] = *reinterpret_cast<const uint4*>(kBase + int64_t(slot[u]) * kvWidth);
-        vr[u] = *reinterpret_cast<const uint4*>(vBase + int64_t(slot[u]) * kvWidth);
-      }
-    }
-  };
-  int c0 = kBegin + warp * (KPW * U);
-  int32_t slot[U], next[U];
-  uint4 kr[U], vr[U];
-  lookup(c0, slot);
-  fetch(slot, kr, vr);
-  lookup(c0 + stride, next);
   for (; c0 < kEnd; c0 += stride) {
     uint4 nk[U], nv[U];
     int32_t after[U];
