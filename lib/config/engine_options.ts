@@ -22,6 +22,7 @@ export function engineOptionsOf(config: ServeConfig, onProgress?: (message: stri
       hostCache: config.resources.lora.host_cache,
       sliceSteps: config.resources.lora.slice_steps,
       targets: config.resources.lora.targets,
+      runtimeUpdates: config.resources.lora.runtime_updates,
       adapters: config.resources.lora.adapters,
     },
     onProgress,

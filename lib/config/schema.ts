@@ -34,8 +34,11 @@ export interface LoraConfig {
   host_cache: number;
   /** Engine steps an adapter keeps a slot others wait for before it hands it over. */
   slice_steps: number;
-  /** HF module names adapters may target. */
-  targets: string[];
+  /**
+   * HF module names adapters may target. Absent: those the listed adapters target, where
+   * runtime_updates is off; else every target (lora/pool_targets.ts).
+   */
+  targets?: string[];
   /** Loaded at start; relative paths resolve against the YAML file's folder. */
   adapters: { name: string; path: string }[];
   /** Enables POST /v1/load_lora_adapter and /v1/unload_lora_adapter. */
@@ -91,7 +94,6 @@ export const serveConfigSchema = {
             targets: {
               type: 'array', minItems: 1, uniqueItems: true,
               items: { type: 'string', enum: ALL_TARGETS },
-              default: ALL_TARGETS,
             },
             adapters: {
               type: 'array',

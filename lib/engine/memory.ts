@@ -6,6 +6,7 @@ import { poolWidths, slotWeightsBytes } from '../lora/slot_weights.js';
 import type { Placement } from '../models/placement.js';
 import { workspaceBytes } from '../models/workspace.js';
 import { graphBuckets } from './graph_inputs.js';
+import type { LoraOptions } from '../lora/manager.js';
 import type { EngineOptions } from './options.js';
 
 /**
@@ -26,7 +27,8 @@ export interface MemoryPlan {
 }
 
 export function memoryBesidesKv(
-  config: ModelConfig, o: EngineOptions & { maxNumBatchedTokens: number }, placement: Placement, graphs: boolean,
+  config: ModelConfig, o: Omit<EngineOptions, 'lora'> & { maxNumBatchedTokens: number; lora?: LoraOptions }, placement: Placement,
+  graphs: boolean,
 ): MemoryPlan {
   const targets = o.lora && new Set(o.lora.targets);
   const loraPool = o.lora ? slotWeightsBytes(config, o.lora.slots + 1, o.lora.maxRank, targets!, placement) : 0;

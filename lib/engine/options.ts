@@ -6,9 +6,13 @@ import type { ModelConfig } from '../checkpoint/config.js';
 import { KvCache } from '../models/kv_cache.js';
 import type { Placement } from '../models/placement.js';
 import type { LoraOptions } from '../lora/manager.js';
+import { poolTargets, type PoolTargetSettings } from '../lora/pool_targets.js';
 import type { EngineLimits } from './engine.js';
 import { envSwitch } from './env_switch.js';
 import { memoryBesidesKv, totalBytes, type MemoryPlan } from './memory.js';
+
+/** serve.yaml's LoRA settings: the pool's, and its targets by poolTargets' rule. */
+export type LoraSettings = Omit<LoraOptions, 'targets'> & PoolTargetSettings;
 
 export interface EngineOptions {
   /** A Hugging Face checkpoint folder. */
@@ -22,7 +26,7 @@ export interface EngineOptions {
   kvCache: { blockSize: number; numBlocks?: number; memoryFraction?: number };
   prefixCache: boolean;
   /** LoRA pool; absent means LoRA is off (no adapter code runs). */
-  lora?: LoraOptions & { adapters: { name: string; path: string }[] };
+  lora?: LoraSettings;
   onProgress?: (message: string) => void;
   /** Decode steps as replayed CUDA graphs on cuda (default true; MSTAR_CUDA_GRAPHS=0 turns them off). */
   cudaGraphs?: boolean;
@@ -139,6 +143,7 @@ export function engineLimits(config: ModelConfig, o: EngineOptions, placement: P
   if (maxModelLen > config.maxPositionEmbeddings) {
     throw new LimitsError(`max_seq_len ${maxModelLen} is above the model's max_position_embeddings (${config.maxPositionEmbeddings})`);
   }
+  const lora = o.lora && { ...o.lora, targets: poolTargets(config, o.lora) };
   const blockSize = o.kvCache.blockSize;
   const perToken = KvCache.bytesPerToken(config, placement);
   const cuda = placement.device === 'cuda';
@@ -149,7 +154,7 @@ export function engineLimits(config: ModelConfig, o: EngineOptions, placement: P
   }
   const blockBytes = perToken * blockSize;
   const maxNumBatchedTokens = o.maxNumBatchedTokens ?? batchedTokensDefault(cuda, mem.total);
-  const besides = memoryBesidesKv(config, { ...o, maxNumBatchedTokens }, placement, cudaGraphsSetting(o.cudaGraphs));
+  const besides = memoryBesidesKv(config, { ...o, lora, maxNumBatchedTokens }, placement, cudaGraphsSetting(o.cudaGraphs));
   // Every row at full length is whole blocks a row (rounding the total down left a full
   // batch short, and a short max_seq_len no block at all), within the caps.
   const fullBatch = o.maxBatchSize * Math.ceil(maxModelLen / blockSize);
@@ -188,8 +193,8 @@ export function engineLimits(config: ModelConfig, o: EngineOptions, placement: P
   return {
     maxModelLen: Math.min(maxModelLen, capacity), blockSize, numBlocks,
     maxBatchSize: o.maxBatchSize, maxNumBatchedTokens, prefixCache: o.prefixCache,
-    lora: o.lora && {
-      slots: o.lora.slots, maxRank: o.lora.maxRank, hostCache: o.lora.hostCache, targets: o.lora.targets, sliceSteps: o.lora.sliceSteps,
+    lora: lora && {
+      slots: lora.slots, maxRank: lora.maxRank, hostCache: lora.hostCache, targets: lora.targets, sliceSteps: lora.sliceSteps,
     },
     cudaGraphs: o.cudaGraphs,
     overlapSteps: o.overlapSteps,

@@ -40,6 +40,10 @@ async function start(init: WorkerInit): Promise<Engine> {
   });
   const limits = engineLimits(model.config, init, placement);
   send({ type: 'progress', message: `${placement.device} backend; KV cache: ${limits.numBlocks} blocks of ${limits.blockSize} tokens (${placement.kv})` });
+  if (limits.lora) {
+    const { slots, maxRank, targets } = limits.lora;
+    send({ type: 'progress', message: `adapter pool: ${slots} slots of rank ${maxRank} on ${targets.join(', ')}` });
+  }
   const engine = new Engine(model, limits, { onProgress: (message) => send({ type: 'progress', message }) });
   for (const a of init.lora?.adapters ?? []) {
     await engine.loadAdapter(a.name, a.path);

@@ -43,7 +43,7 @@ describe('loadServeConfig', () => {
     const file = yamlFile('model: /m\nresources:\n  lora:\n    slots: 2\n    adapters: [{ name: a, path: adapters/a }]\n');
     const lora = loadServeConfig(file).resources.lora!;
     expect(lora).toMatchObject({ slots: 2, max_rank: 16, host_cache: 32, slice_steps: 16, runtime_updates: false });
-    expect(lora.targets).toContain('lm_head');
+    expect(lora.targets).toBeUndefined();  // the pool's: lora/pool_targets.ts
     expect(lora.adapters).toEqual([{ name: 'a', path: join(dirname(file), 'adapters/a') }]);
   });
 
