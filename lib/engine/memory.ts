@@ -2,11 +2,11 @@
 // any of it: kv_cache.memory_fraction sizes the cache from what is left, so that a large
 // adapter pool or batch makes a clear error at start, not an out-of-memory one later.
 import type { ModelConfig } from '../checkpoint/config.js';
+import type { LoraOptions } from '../lora/manager.js';
 import { poolWidths, slotWeightsBytes } from '../lora/slot_weights.js';
 import type { Placement } from '../models/placement.js';
 import { workspaceBytes } from '../models/workspace.js';
 import { graphBuckets } from './graph_inputs.js';
-import type { LoraOptions } from '../lora/manager.js';
 import type { EngineOptions } from './options.js';
 
 /**
