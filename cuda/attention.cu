@@ -292,16 +292,17 @@ __global__ __launch_bounds__(NW * 32, streamBlocksPerSm(GT, NW)) void streamKern
       if (slot[u] >= 0) load(slot[u], kr[u], vr[u]);
     }
   };
-  // A wide block's first round loads before the wait (what earlier steps wrote: no op of
-  // this one writes it), but for this step's keys (from `fresh` on), which the kernel
-  // before writes: theirs after it. Wide blocks are few, each a chain of rounds: Qwen3-0.6B's
-  // decode step took 0.779 ms against 0.803 at 1 sequence (one adapter, whose kernel before is
-  // longer: 0.866 against 0.889), 0.867 against 0.872 at 8 (0.927 against 0.947); Qwen3-8B's
-  // the same as before (bench/decode_step.mjs, context 192; 2048 to 16384: the same or up to
-  // 1% faster). Narrow blocks are many, each a round or two: early loads measured no change
-  // there. Two rounds early, which the loop then had to keep in flight from one to the next,
+  // The first round loads before the wait (what earlier steps wrote: no op of this one
+  // writes it), but for this step's keys (from `fresh` on), which the kernel before writes:
+  // theirs after it. Wide blocks are few, each a chain of rounds: Qwen3-0.6B's decode step
+  // took 0.779 ms against 0.803 at 1 sequence (one adapter, whose kernel before is longer:
+  // 0.866 against 0.889), 0.867 against 0.872 at 8 (0.927 against 0.947); Qwen3-8B's the same
+  // as before (bench/decode_step.mjs, context 192; 2048 to 16384: the same or up to 1%
+  // faster). Narrow blocks are many, each a round or two, and gain less: 0.6B at 32 and 64
+  // sequences 1.452 -> 1.443 and 1.573 -> 1.567 ms (LoRA off; one adapter and 8B at 32 the
+  // same). Two rounds early, which the loop then had to keep in flight from one to the next,
   // lost where the kernel before is short (LoRA off: 0.6B 0.795 at 1 sequence, 0.878 at 8).
-  const int safe = NW != kNarrowWarps ? int(min(int64_t(kEnd), keys.fresh)) : 0;
+  const int safe = int(min(int64_t(kEnd), keys.fresh));
   int c0 = kBegin + warp * (KPW * U);
   int32_t slot[U], next[U], now[U];  // now: round 0's rows that load before the wait (-1: none)
   uint4 kr[U], vr[U];
@@ -630,6 +631,19 @@ int headsPerBlock(int groups, bool streamed) {
   return 1;
 }
 
+// headsPerBlock for a step of `pairs` (token, kv head) pairs, but for streamKernel's wide
+// blocks of 4 query heads (8 warps: 16 spill): where the step leaves at least two blocks' room
+// an SM for each, blocks of 2 heads (16 warps), each kv head's rows then read by two blocks
+// (together: the second read mostly from L2). Qwen3-8B (12 layers) at 1 sequence, GPU ms a
+// step by context 192 / 1024 / 4096 / 16384: 1.658 / 1.727 / 1.740 / 1.964 against 1.628 /
+// 1.684 / 1.715 / 1.950; at 8 (128 blocks of 2 heads, no room for splits) 192 and 1024 gained
+// 1% but 16384 lost 3% (4.074 against 4.183). (bench/decode_step.mjs)
+int blockHeads(int groups, bool streamed, int64_t pairs, int headDim) {
+  const int gt = headsPerBlock(groups, streamed);
+  const bool halve = streamed && gt == 4 && wideWarps(2, headDim) > wideWarps(4, headDim) && pairs * 2 <= smCount() / 2;
+  return halve ? 2 : gt;
+}
+
 // How many blocks of `kernel`, of `threads` each, the GPU holds at once, asked once.
 int64_t residentBlocks(Kernel kernel, int threads) {
   static std::mutex mutex;
@@ -665,7 +679,7 @@ void pagedAttention(DType act, void* out, const void* qkv, KvCache c, const int3
   const bool aligned = aligned16(qkv) && aligned16(c.k) && aligned16(c.v);
   const bool streamed = aligned && streams(l.headDim, c.dtype);
   const bool vec = l.headDim == 32 * dpl && aligned;
-  const int gt = headsPerBlock(groups, streamed);
+  const int gt = blockHeads(groups, streamed, numTokens * l.numKvHeads, l.headDim);
   const int64_t blocks = numTokens * l.numKvHeads * (groups / gt);
   const bool wide = streamed && blocks <= smCount() && wideWarps(gt, l.headDim) != 0;
   const int threads = (!streamed ? kWarps : wide ? wideWarps(gt, l.headDim) : kNarrowWarps) * 32;
