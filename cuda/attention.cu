@@ -632,15 +632,17 @@ int headsPerBlock(int groups, bool streamed) {
 }
 
 // headsPerBlock for a step of `pairs` (token, kv head) pairs, but for streamKernel's wide
-// blocks of 4 query heads (8 warps: 16 spill): where the step leaves at least two blocks' room
-// an SM for each, blocks of 2 heads (16 warps), each kv head's rows then read by two blocks
-// (together: the second read mostly from L2). Qwen3-8B (12 layers) at 1 sequence, GPU ms a
-// step by context 192 / 1024 / 4096 / 16384: 1.658 / 1.727 / 1.740 / 1.964 against 1.628 /
-// 1.684 / 1.715 / 1.950; at 8 (128 blocks of 2 heads, no room for splits) 192 and 1024 gained
-// 1% but 16384 lost 3% (4.074 against 4.183). (bench/decode_step.mjs)
+// blocks of 4 query heads (8 warps: 16 spill): in a step of few such blocks (an eighth of the
+// SMs once doubled: Qwen3-8B's 8 kv heads at 1 sequence), blocks of 2 heads (16 warps), each kv
+// head's rows then read by two blocks together (the second read mostly from L2). Qwen3-8B (12
+// layers), GPU ms a step by context 192 / 1024 / 4096 / 16384, 4 heads / 2: 1 sequence 1.658 /
+// 1.727 / 1.740 / 1.964 against 1.628 / 1.684 / 1.715 / 1.950. With more sequences short
+// contexts gained too (2: 1.809 -> 1.752 at 192; 4: 1.940 -> 1.890; 8: 1% at 192 and 1024) but
+// long ones lost, their re-reads no longer in L2: 4 sequences at 16384 3.293 -> 3.405, 8 4.074
+// -> 4.183 (bench/decode_step.mjs).
 int blockHeads(int groups, bool streamed, int64_t pairs, int headDim) {
   const int gt = headsPerBlock(groups, streamed);
-  const bool halve = streamed && gt == 4 && wideWarps(2, headDim) > wideWarps(4, headDim) && pairs * 2 <= smCount() / 2;
+  const bool halve = streamed && gt == 4 && wideWarps(2, headDim) > wideWarps(4, headDim) && pairs * 2 <= smCount() / 8;
   return halve ? 2 : gt;
 }
 
