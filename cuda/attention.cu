@@ -640,10 +640,9 @@ int headsPerBlock(int groups, bool streamed) {
 // contexts gained too (2: 1.809 -> 1.752 at 192; 4: 1.940 -> 1.890; 8: 1% at 192 and 1024) but
 // long ones lost, their re-reads no longer in L2: 4 sequences at 16384 3.293 -> 3.405, 8 4.074
 // -> 4.183 (bench/decode_step.mjs).
-int blockHeads(int groups, bool streamed, int64_t pairs, int headDim) {
+int blockHeads(int groups, bool streamed, int64_t pairs) {
   const int gt = headsPerBlock(groups, streamed);
-  const bool halve = streamed && gt == 4 && wideWarps(2, headDim) > wideWarps(4, headDim) && pairs * 2 <= smCount() / 8;
-  return halve ? 2 : gt;
+  return streamed && gt == 4 && pairs * 2 <= smCount() / 8 ? 2 : gt;
 }
 
 // How many blocks of `kernel`, of `threads` each, the GPU holds at once, asked once.
@@ -681,7 +680,7 @@ void pagedAttention(DType act, void* out, const void* qkv, KvCache c, const int3
   const bool aligned = aligned16(qkv) && aligned16(c.k) && aligned16(c.v);
   const bool streamed = aligned && streams(l.headDim, c.dtype);
   const bool vec = l.headDim == 32 * dpl && aligned;
-  const int gt = blockHeads(groups, streamed, numTokens * l.numKvHeads, l.headDim);
+  const int gt = blockHeads(groups, streamed, numTokens * l.numKvHeads);
   const int64_t blocks = numTokens * l.numKvHeads * (groups / gt);
   const bool wide = streamed && blocks <= smCount() && wideWarps(gt, l.headDim) != 0;
   const int threads = (!streamed ? kWarps : wide ? wideWarps(gt, l.headDim) : kNarrowWarps) * 32;
