@@ -81,6 +81,17 @@ __device__ __forceinline__ void awaitPrior() {
 #endif
 }
 
+// Lets the next kernel launch before this one's wait, not only after it (awaitPrior): its
+// blocks then become resident, and start what they do before their own wait, while this
+// kernel's blocks still wait for the kernel before. Worth it only ahead of a kernel whose
+// early work stays small (a tensor-core GEMV's first ring stages): a one-row GEMV prefetching
+// its whole weight into L2 so early slows the projection still running before.
+__device__ __forceinline__ void launchNextEarly() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // Fetches the 128-byte line holding p into L2, without waiting for it.
 __device__ __forceinline__ void prefetchL2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
