@@ -313,9 +313,11 @@ void ropeKvWrite(DType act, void* qkv, const int32_t* positions, const float* in
           if (rowsKernelTakes(qkv, sizeof(T), a.rowWidth, c, sizeof(C), l, half))
             return launch("ropeKvWrite kernel", ropeKvRowsKernel<T, C, W>, unsigned(n), rowsThreads(l, sizeof(T)), 0, a);
         }
-        // Few rows (decode): blocks of 2 warps, so that a delta's bT spreads over more SMs (a block
-        // of 8 at one row read a sixth of Qwen3-8B's 196 KB through one SM's share of L2).
-        const int perBlock = warps >= int64_t(kMaxWarps) * smCount() ? kMaxWarps : 2;
+        // Few rows (decode) with a delta: blocks of 2 warps, so that its bT spreads over more SMs (a
+        // block of 8 at one row read a sixth of Qwen3-8B's 196 KB through one SM's share of L2).
+        // Without one, blocks of 8 (bench/decode_step.mjs, Qwen3-0.6B LoRA off, GPU ms a step, 2 ->
+        // 8 warps: 8 rows 0.816 -> 0.806, 32 rows 1.427 -> 1.412; 1 and 4 rows and Qwen3-8B equal).
+        const int perBlock = !d.t || warps >= int64_t(kMaxWarps) * smCount() ? kMaxWarps : 2;
         launch("ropeKvWrite kernel", ropeKvKernel<T, C, W>, blocksFor(warps, perBlock), perBlock * 32,
             size_t(perBlock) * l.headDim * sizeof(float), a, d, l.headDim % 4 == 0 && deltaRunsOf(d, 4, sizeof(T)));
       });
