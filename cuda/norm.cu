@@ -83,9 +83,9 @@ bool withRowRuns(int64_t dim, F&& f) {
 // rows of Qwen3-8B): the GEMV's first weight stages then stream while this norm still waits
 // for the projection before it. bench/decode_step.mjs on an H200, GPU ms a step, LoRA off,
 // before -> after: Qwen3-0.6B 2 rows 0.783 -> 0.769, 8 rows 0.868 -> 0.811, 16 rows 1.024 ->
-// 0.992; Qwen3-8B (12 layers) 4 rows 1.947 -> 1.900; one adapter within 1% either way. At one
-// row (a GEMV prefetching its whole weight into L2, against the projection still running) it
-// lost 1-6%; at 32 and 64 rows (cuBLASLt next for qkv and gate_up) 0-2%.
+// 0.992; Qwen3-8B (12 layers) 4 rows 1.947 -> 1.900; one adapter within 1% (16 rows: 1.116 ->
+// 1.086). At one row (a GEMV prefetching its whole weight into L2, against the projection
+// still running) it lost 1-6%; at 32 and 64 rows (cuBLASLt next for qkv and gate_up) 0-2%.
 __device__ __forceinline__ void normLaunchesNextEarly() {
   if (gridDim.x >= 2 && gridDim.x <= 16) launchNextEarly();
 }
