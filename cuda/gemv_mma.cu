@@ -43,12 +43,11 @@ namespace mstar::gpu {
 namespace {
 
 constexpr int kWarps = 8;
-constexpr int kMinRows = 2;
 // Rows a weight takes here; cuBLASLt takes more. Weights under kSmallWeightBytes take more
 // rows (cuBLASLt's fixed cost is most of its time there), and more again where x goes
 // through the ring (where out ≤ in).
 constexpr int64_t kSmallWeightBytes = int64_t(32) << 20;
-constexpr int kMaxRows = 4, kMaxRowsSmall = 16, kMaxRowsSmallXRing = 32;
+constexpr int kMaxRows = 4, kMaxRowsSmallXRing = 32;  // and kGemvMmaMaxRowsSmall (gemv_mma.cuh)
 
 // A lane's 16-byte slots a stage: weight rows g and g + 8, and with XR one of x for each
 // group of 8 rows. A lane reads back only what it copied itself, so no barrier guards them.
@@ -179,8 +178,8 @@ bool gemvMma(DType act, void* out, const void* x, Weights w, const Weights* bias
   const int64_t ldw = w.ld ? w.ld : in;
   // x through the ring where out <= in (measured: see the top of this file)
   const bool small = in * outF * int64_t(sizeof(bf16)) < kSmallWeightBytes, xRing = outF <= in;
-  const int maxRows = !small ? kMaxRows : xRing ? kMaxRowsSmallXRing : kMaxRowsSmall;
-  if (act != DType::BF16 || w.dtype != DType::BF16 || n < kMinRows || n > maxRows || in % (kWarps * 32) != 0 ||
+  const int maxRows = !small ? kMaxRows : xRing ? kMaxRowsSmallXRing : kGemvMmaMaxRowsSmall;
+  if (act != DType::BF16 || w.dtype != DType::BF16 || n < kGemvMmaMinRows || n > maxRows || in % (kWarps * 32) != 0 ||
       !runsOf8(x, in, sizeof(bf16)) || !runsOf8(w.data, ldw, sizeof(bf16)))
     return false;
   auto* o = static_cast<bf16*>(out);

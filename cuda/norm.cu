@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "common.cuh"
+#include "gemv_mma.cuh"
 #include "lora_delta.cuh"
 
 namespace mstar::gpu {
@@ -78,16 +79,16 @@ bool withRowRuns(int64_t dim, F&& f) {
   return true;
 }
 
-// A decode step's norm (a block a row) lets the projection after it launch at once at 2 to 16
-// rows, where that projection runs on the tensor-core GEMV (every weight of Qwen3-0.6B; 2-4
-// rows of Qwen3-8B): the GEMV's first weight stages then stream while this norm still waits
-// for the projection before it. bench/decode_step.mjs on an H200, GPU ms a step, LoRA off,
+// A decode step's norm (a block a row) lets the projection after it (qkv, gate_up) launch at
+// once at the rows where that projection runs on the tensor-core GEMV (2 to 16: every weight
+// of Qwen3-0.6B; 2-4 rows of Qwen3-8B): the GEMV's first weight stages then stream while this
+// norm still waits for the projection before it. bench/decode_step.mjs on an H200, GPU ms a step, LoRA off,
 // before -> after: Qwen3-0.6B 2 rows 0.783 -> 0.769, 8 rows 0.868 -> 0.811, 16 rows 1.024 ->
 // 0.992; Qwen3-8B (12 layers) 4 rows 1.947 -> 1.900; one adapter within 1% (16 rows: 1.116 ->
 // 1.086). At one row (a GEMV prefetching its whole weight into L2, against the projection
 // still running) it lost 1-6%; at 32 and 64 rows (cuBLASLt next for qkv and gate_up) 0-2%.
 __device__ __forceinline__ void normLaunchesNextEarly() {
-  if (gridDim.x >= 2 && gridDim.x <= 16) launchNextEarly();
+  if (gridDim.x >= kGemvMmaMinRows && gridDim.x <= kGemvMmaMaxRowsSmall) launchNextEarly();
 }
 
 // rmsNormKernel for rows RowRuns can hold.
