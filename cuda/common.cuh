@@ -95,21 +95,45 @@ __device__ __forceinline__ void launchNextEarly() {
 // Fetches the 128-byte line holding p into L2, without waiting for it.
 __device__ __forceinline__ void prefetchL2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
+// The shared-memory carveout (percent of an SM's shared memory at most) that holds `blocks`
+// blocks of `bytes` each (static and dynamic shared memory), for launchCarved. An SM's L1 is
+// what its shared memory leaves, and an SM takes a new carveout only when idle: in a step's
+// chain of early launches (awaitPrior) a kernel's blocks run under the carveout of the SM's
+// kernels before them. A tensor-core GEMV left at the driver's choice (the most shared
+// memory) left decode attention after it with ~28 KB of L1, too little to keep its key rows
+// in flight: a third of its blocks ran ~25% longer (Qwen3-0.6B, 16 sequences of 4096 keys).
+int carveoutFor(int64_t blocks, size_t bytes);
+
 // kernel<<<grid, block, shared, stream()>>>(args...), as a dependent launch where the device
-// has them; `what` names it in an error. The kernel must follow awaitPrior()'s rule.
+// has them, asking for `carveout` (carveoutFor; -1: the driver's choice); `what` names it in
+// an error. The kernel must follow awaitPrior()'s rule.
 template <typename... Params, typename... Args>
-void launch(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, Args... args) {
-  cudaLaunchAttribute dependent;
-  dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  dependent.val.programmaticStreamSerializationAllowed = 1;
+void launchCarved(const char* what, int carveout, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared,
+                  Args... args) {
+  cudaLaunchAttribute attrs[2];
+  unsigned n = 0;
+  if (dependentLaunch()) {
+    attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (carveout >= 0) {
+    attrs[n].id = cudaLaunchAttributePreferredSharedMemoryCarveout;
+    attrs[n++].val.sharedMemCarveout = unsigned(carveout);
+  }
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = shared;
   config.stream = stream();
-  config.attrs = &dependent;
-  config.numAttrs = dependentLaunch() ? 1 : 0;
+  config.attrs = attrs;
+  config.numAttrs = n;
   check(cudaLaunchKernelEx(&config, kernel, Params(args)...), what);
+}
+
+// launchCarved at the driver's carveout.
+template <typename... Params, typename... Args>
+void launch(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, Args... args) {
+  launchCarved(what, -1, kernel, grid, block, shared, args...);
 }
 
 inline unsigned blocksFor(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }

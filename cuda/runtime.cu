@@ -31,6 +31,7 @@ namespace {
 std::once_flag gInitOnce;
 cudaStream_t gStream = nullptr;
 int gSmCount = 0;
+int gSharedPerSm = 0, gSharedReserved = 0;  // bytes: an SM's most shared memory; what each block costs besides its own
 bool gDependentLaunch = false;
 bool gWgmma = false;
 
@@ -63,6 +64,8 @@ void init() {
   int dev = 0;
   check(cudaGetDevice(&dev), "cudaGetDevice");
   check(cudaDeviceGetAttribute(&gSmCount, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
+  check(cudaDeviceGetAttribute(&gSharedPerSm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev), "cudaDeviceGetAttribute");
+  check(cudaDeviceGetAttribute(&gSharedReserved, cudaDevAttrReservedSharedMemoryPerBlock, dev), "cudaDeviceGetAttribute");
   // The kernels wait for their predecessor only where compiled for compute 9.0 or newer
   // (awaitPrior); the device may instead run them from sm_80 code (PTX compiled on load).
   cudaFuncAttributes code;
@@ -93,6 +96,12 @@ bool wgmmaKernels() {
 int smCount() {
   stream();
   return gSmCount;
+}
+
+int carveoutFor(int64_t blocks, size_t bytes) {
+  stream();
+  const int64_t need = blocks * (int64_t(bytes) + gSharedReserved);
+  return int(std::min<int64_t>(100, (need * 100 + gSharedPerSm - 1) / gSharedPerSm));
 }
 
 bool dependentLaunch() {
