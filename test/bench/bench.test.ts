@@ -155,7 +155,7 @@ describe('mstar bench --serve with rounds', () => {
     expect(on.steps).toBeGreaterThanOrEqual(2 * 3 * 4 / 2 * 3);
     expect(off.steps).toBeGreaterThanOrEqual(3 * 4 / 2 * 3);
     expect(on.lora!.loads).toBeGreaterThanOrEqual(3);  // the 'one' adapter, loaded by each round's server
-  });
+  }, 30_000);  // six servers start and stop: 2.6 s on an idle machine, 5.06 s beside an addon build
 });
 
 describe('mstar bench --url', () => {
