@@ -64,7 +64,7 @@ constexpr size_t ringBytes(int ng, bool xr) {
   return size_t(stagesFor(ng, xr)) * kWarps * slotsFor(ng, xr) * 32 * sizeof(uint4);
 }
 // The warps' partial sums at the end (static shared memory).
-constexpr size_t partialBytes(int ng) { return size_t(kWarps) * ng * 4 * 32 * sizeof(float); }
+__host__ __device__ constexpr size_t partialBytes(int ng) { return size_t(kWarps) * ng * 4 * 32 * sizeof(float); }
 
 // NG: groups of 8 rows of x (n <= 8 NG). XR: x through the ring too; otherwise each step
 // loads x through L1 (every block reads the same x), which is faster where out > in.
@@ -74,7 +74,8 @@ __global__ __launch_bounds__(kWarps * 32) void gemvMmaKernel(bf16* out, const bf
                                                              int64_t outF, bool accumulate) {
   constexpr int kStages = stagesFor(NG, XR), kSlots = slotsFor(NG, XR);
   extern __shared__ uint4 ring[];  // [kStages][kWarps][kSlots][32]
-  __shared__ float partial[kWarps][NG * 4][32];  // partialBytes(NG)
+  __shared__ float partial[kWarps][NG * 4][32];
+  static_assert(sizeof(partial) == partialBytes(NG), "the launch's carveout counts partialBytes");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
   // The warp's k: `steps` runs of 32 elements, `stride` apart, from 32 · warp.
   const int64_t o0 = int64_t(blockIdx.x) * 16, stride = 32 * kWarps;
