@@ -24,8 +24,9 @@
 import { join } from 'node:path';
 
 import { addon } from '../dist/lib/addon/index.js';
-import { cudaPlacement, KvCache, loadModel, stepTensors } from '../dist/lib/models/index.js';
+import { cudaPlacement, KvCache, loadModel } from '../dist/lib/models/index.js';
 import { Workspace } from '../dist/lib/models/workspace.js';
+import { BLOCK, blocksFor, decodeStep } from './decode_inputs.mjs';
 import { graphTimedUs } from './graph_timing.mjs';
 import { poolWithOneAdapter } from './one_adapter.mjs';
 
@@ -33,34 +34,15 @@ const dir = process.argv[2];
 if (!dir) throw new Error('usage: node bench/decode_step.mjs DIR');
 const SEQS = (process.env.SEQS ?? '1,8,32').split(',').map(Number);
 const LEN = Number(process.env.LEN ?? 192), STEPS = Number(process.env.STEPS ?? 8), REPS = Number(process.env.REPS ?? 7);
-const BS = 16;
 const maxSeqs = Math.max(...SEQS);
 
 const model = loadModel(dir, { placement: cudaPlacement() });
 const { lora, pool, slot } = await poolWithOneAdapter(model, join(dir, 'adapters'));
-const blocksPer = Math.ceil(LEN / BS);
-const tableWidth = Math.max(blocksPer, Math.ceil(Number(process.env.WIDTH ?? model.config.maxPositionEmbeddings) / BS));
-const kv = new KvCache(model.config, maxSeqs * blocksPer, BS, model.placement);
+const blocksPer = blocksFor(LEN);
+const tableWidth = Math.max(blocksPer, blocksFor(Number(process.env.WIDTH ?? model.config.maxPositionEmbeddings)));
+const kv = new KvCache(model.config, maxSeqs * blocksPer, BLOCK, model.placement);
 const wsOff = new Workspace(model.config, model.placement, maxSeqs, maxSeqs);
 const wsOn = new Workspace(model.config, model.placement, maxSeqs, maxSeqs, pool.widths);
-
-/** The step tensors of C sequences' next tokens at position LEN - 1, rows on `rowSlot` (undefined: no LoRA plan). */
-function step(C, rowSlot) {
-  const vocab = model.config.vocabSize;
-  const tokens = Int32Array.from({ length: C }, (_, i) => 3 + ((i * 7919) % (vocab - 3)));
-  const rows = new Int32Array(C).fill(rowSlot ?? 0);
-  return stepTensors({
-    tokens,
-    positions: new Int32Array(C).fill(LEN - 1),
-    slots: Int32Array.from({ length: C }, (_, s) => s * blocksPer * BS + LEN - 1),
-    queryStarts: Int32Array.from({ length: C + 1 }, (_, s) => s),
-    contextLens: new Int32Array(C).fill(LEN),
-    blockTables: Int32Array.from({ length: C * tableWidth }, (_, i) => (i % tableWidth < blocksPer ? Math.floor(i / tableWidth) * blocksPer + (i % tableWidth) : -1)),
-    maxBlocks: tableWidth,
-    logitRows: Int32Array.from({ length: C }, (_, s) => s),
-    lora: rowSlot === undefined ? undefined : { rowSlots: rows, logitSlots: rows, embedRows: Int32Array.from(tokens, (t) => rowSlot * vocab + t) },
-  }, model.placement.device);
-}
 
 /** GPU ms a step: STEPS forwards of s captured in one graph, replayed REPS times (the first call eager, cuBLASLt's picks timed). */
 const stepMs = (s, ws) => graphTimedUs(STEPS, () => model.forward(s, kv, ws).dispose(), REPS) / 1e3;
@@ -89,12 +71,12 @@ function timed(C, mode, s, ws) {
   return first;
 }
 
-console.log(`${dir}: ${model.config.numLayers} layers, hidden ${model.config.hiddenSize}; decode at context ${LEN}, tables ${tableWidth * BS} wide; GPU ms a step, medians of ${REPS} replays of ${STEPS} steps`);
+console.log(`${dir}: ${model.config.numLayers} layers, hidden ${model.config.hiddenSize}; decode at context ${LEN}, tables ${tableWidth * BLOCK} wide; GPU ms a step, medians of ${REPS} replays of ${STEPS} steps`);
 for (const C of SEQS) {
   const times = {};
   for (const [mode, rowSlot, ws] of MODES) {
     model.lora = mode === 'off' ? undefined : pool;
-    const s = step(C, rowSlot);
+    const s = decodeStep(model, C, LEN, tableWidth, rowSlot);
     const full = timed(C, mode, s, ws);
     times[mode] = full;
     if (process.env.DROP === '1') {

@@ -12,6 +12,7 @@
 #include "dtype.h"
 #include "gpu.h"
 #include "gpu_ops.h"
+#include "stamps.cuh"
 
 namespace mstar::gpu {
 
@@ -77,6 +78,7 @@ void runOrDefer(std::function<void()> f) noexcept;
 __device__ __forceinline__ void awaitPrior() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  stampWaitEnd();
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }

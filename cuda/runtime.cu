@@ -170,6 +170,7 @@ void synchronize() {
   requireNotCapturing("synchronize");
   if (!gStream) return;  // nothing was ever enqueued
   check(cudaStreamSynchronize(gStream), "cudaStreamSynchronize");
+  dumpStamps();  // a stamps build's profile (stamps.cuh); else nothing
 }
 
 float timeOnStream(const std::function<void()>& enqueue, int reps) {

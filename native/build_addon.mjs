@@ -9,8 +9,8 @@
 // through CMake too. cmake-js keeps its tree in build-cmake/, outside build/: `node-gyp rebuild`
 // deletes build/ first, and a tree of its own keeps every rebuild incremental.
 //
-// Environment: MSTAR_CUDA=AUTO|ON|OFF, MSTAR_CUDA_ARCHITECTURES and MSTAR_CUDA_LINEINFO=ON (line
-// info for profilers) (CMake cache variables of the same names); MSTAR_BUILD_VERBOSE=1 streams CMake's output even when stdout is not a terminal
+// Environment: MSTAR_CUDA=AUTO|ON|OFF, MSTAR_CUDA_ARCHITECTURES, MSTAR_CUDA_LINEINFO=ON (line
+// info for profilers) and MSTAR_CUDA_STAMPS=ON (kernel stamps, bench/stamps.mjs) (CMake cache variables of the same names); MSTAR_BUILD_VERBOSE=1 streams CMake's output even when stdout is not a terminal
 // (it is shown anyway when the build fails).
 import { spawnSync } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, readFileSync, realpathSync, renameSync, rmSync, writeFileSync } from 'node:fs';
@@ -33,7 +33,7 @@ try {
 }
 
 const args = [cmakeJs, 'compile', '--directory', root, '--out', tree];
-for (const name of ['MSTAR_CUDA', 'MSTAR_CUDA_ARCHITECTURES', 'MSTAR_CUDA_LINEINFO']) {
+for (const name of ['MSTAR_CUDA', 'MSTAR_CUDA_ARCHITECTURES', 'MSTAR_CUDA_LINEINFO', 'MSTAR_CUDA_STAMPS']) {
   if (process.env[name]) args.push(`--CD${name}=${process.env[name]}`);
 }
 

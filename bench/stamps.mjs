@@ -1,0 +1,102 @@
+// Each kernel's time on a decode step's critical path, in context: a profiling build's kernel
+// stamps (MSTAR_CUDA_STAMPS=ON node native/build_addon.mjs; cuda/stamps.cuh) over one replay
+// of a captured step, as the engine's graphs run it. A kernel's time is from the end of its
+// own wait (the kernel before it done) to the end of the next kernel's: its work after the
+// wait plus the hand-over. Prints, for each C and mode, one layer's kernels in order (source
+// file[blocks] µs; medians over REPS replays) and each source file's µs over the whole step:
+//
+//   node bench/stamps.mjs DIR     (DIR from `mstar synth --adapters 1` or more)
+//
+// SEQS=1,8 (C), LEN=192 (context), MODES=off,one (bench/decode_step.mjs's modes), LAYER
+// (default the middle one), REPS=5; SLOTS, TARGETS as bench/one_adapter.mjs. A GEMM by
+// cuBLASLt stamps nothing (its kernels do not wait): its time falls to the kernel before it.
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+import { addon } from '../dist/lib/addon/index.js';
+import { cudaPlacement, KvCache, loadModel } from '../dist/lib/models/index.js';
+import { Workspace } from '../dist/lib/models/workspace.js';
+import { BLOCK, blocksFor, decodeStep } from './decode_inputs.mjs';
+import { poolWithOneAdapter } from './one_adapter.mjs';
+
+const dir = process.argv[2];
+if (!dir) throw new Error('usage: node bench/stamps.mjs DIR');
+const SEQS = (process.env.SEQS ?? '1,8').split(',').map(Number);
+const LEN = Number(process.env.LEN ?? 192), REPS = Number(process.env.REPS ?? 5);
+const model = loadModel(dir, { placement: cudaPlacement() });
+const LAYER = Number(process.env.LAYER ?? Math.floor(model.config.numLayers / 2));
+const { lora, pool, slot } = await poolWithOneAdapter(model, join(dir, 'adapters'));
+const blocksPer = blocksFor(LEN), tableWidth = Math.max(blocksPer, blocksFor(model.config.maxPositionEmbeddings));
+const maxSeqs = Math.max(...SEQS);
+const kv = new KvCache(model.config, maxSeqs * blocksPer, BLOCK, model.placement);
+const wsOff = new Workspace(model.config, model.placement, maxSeqs, maxSeqs);
+const wsOn = new Workspace(model.config, model.placement, maxSeqs, maxSeqs, pool.widths);
+const MODES = [['off', undefined, wsOff], ['base', undefined, wsOn], ['one', slot, wsOn]]
+  .filter(([mode]) => (process.env.MODES ?? 'off,one').split(',').includes(mode));
+const file = join(mkdtempSync(join(tmpdir(), 'mstar-stamps-')), 'stamps.txt');
+
+/** One replay's stamps in time order: { ns, blocks, kind } (kind: the kernel's source file). */
+function stampsOf(graph) {
+  rmSync(file, { force: true });
+  process.env.MSTAR_STAMPS = file;
+  try {
+    graph.replay();
+    addon.synchronize();
+  } finally {
+    delete process.env.MSTAR_STAMPS;
+  }
+  if (!existsSync(file)) throw new Error('no stamps: the addon is not a stamps build (MSTAR_CUDA_STAMPS=ON node native/build_addon.mjs)');
+  return readFileSync(file, 'utf8').split('\n').filter((l) => l && !l.startsWith('sync')).map((l) => {
+    const [ns, blocks, source] = l.split(' ');
+    return { ns: Number(ns), blocks: Number(blocks), kind: source.split('/').at(-1).replace(/\.cu$/, '') };
+  });
+}
+
+const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
+
+/** Layer LAYER's kernels (from its first attention's predecessor chain: attention to attention) and µs by kind over a step. */
+function profile(graph) {
+  const layers = [], kinds = new Map();
+  for (let r = 0; r < REPS; r++) {
+    const s = stampsOf(graph);
+    const att = s.flatMap((x, i) => (x.kind === 'attention' ? [i] : []));
+    if (att.length < LAYER + 2) throw new Error(`${att.length} attention stamps in a step; LAYER ${LAYER} needs ${LAYER + 2}`);
+    layers.push(s.slice(att[LAYER], att[LAYER + 1]).map((x, i) => ({ ...x, us: (s[att[LAYER] + i + 1].ns - x.ns) / 1e3 })));
+    const byKind = new Map();
+    for (let i = att[0]; i < att.at(-1); i++) byKind.set(s[i].kind, (byKind.get(s[i].kind) ?? 0) + (s[i + 1].ns - s[i].ns) / 1e3);
+    for (const [k, us] of byKind) kinds.set(k, [...(kinds.get(k) ?? []), us]);
+  }
+  const layer = layers[0].map((x, i) => ({ kind: x.kind, blocks: x.blocks, us: median(layers.map((l) => l[i]?.us ?? NaN)) }));
+  return { layer, kinds: [...kinds].map(([k, v]) => [k, median(v)]).sort((a, b) => b[1] - a[1]) };
+}
+
+console.log(`${dir}: decode at context ${LEN}; layer ${LAYER}'s kernels from its attention (source[blocks] µs), then µs a step by source from the first attention to the last; medians of ${REPS} replays`);
+for (const C of SEQS) {
+  const layers = {};
+  for (const [mode, rowSlot, ws] of MODES) {
+    model.lora = mode === 'off' ? undefined : pool;
+    const s = decodeStep(model, C, LEN, tableWidth, rowSlot);
+    addon.gemmTuning(true);  // cuBLASLt's picks made outside the capture, as in the engine's warm-up
+    model.forward(s, kv, ws).dispose();
+    addon.gemmTuning(false);
+    const graph = addon.captureGraph(() => model.forward(s, kv, ws).dispose());
+    for (let r = 0; r < 10; r++) graph.replay();
+    addon.synchronize();
+    const { layer, kinds } = profile(graph);
+    layers[mode] = layer;
+    const sum = layer.reduce((a, x) => a + x.us, 0);
+    console.log(`  c=${C} ${mode}: ${layer.map((x) => `${x.kind}[${x.blocks}] ${x.us.toFixed(2)}`).join(' | ')} (sum ${sum.toFixed(1)})`);
+    console.log(`  c=${C} ${mode} by source: ${kinds.map(([k, us]) => `${k} ${us.toFixed(1)}`).join(', ')}`);
+    graph.dispose();
+    s.dispose();
+  }
+  for (const mode of Object.keys(layers).filter((m) => m !== 'off')) {
+    const off = layers.off, on = layers[mode];
+    if (!off || off.length !== on.length) continue;
+    console.log(`  c=${C} ${mode} - off: ${on.map((x, i) => `${x.kind} ${(x.us - off[i].us >= 0 ? '+' : '')}${(x.us - off[i].us).toFixed(2)}`).join(' | ')}`);
+  }
+}
+model.lora = pool;
+[wsOff, wsOn, kv].forEach((t) => t.dispose());
+lora.dispose();
