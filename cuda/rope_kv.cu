@@ -128,6 +128,12 @@ __global__ __launch_bounds__(kMaxWarps * 32) void ropeKvKernel(RopeKvArgs<T, C, 
 // rows with their deltas going to shared memory; then a warp a token finishes the head. (H200,
 // bench/lora_ops.mjs, Qwen3-0.6B's qkv GEMM with this op against the plain pair, at 8 / 64
 // rows: +0.95 / +2.2 us with each lane's 4 dims of 16 rank entries in FMAs; +0.6 / +1.6 here.)
+// From kTilesMinRows rows: at one or two, the FMAs' blocks of 2 warps (ropeKvKernel) finish
+// sooner in the step (bench/decode_step.mjs, one adapter, GPU ms a step, tiles -> FMAs below 3
+// rows: Qwen3-0.6B 1 row 0.868 -> 0.852, 2 rows 0.855 -> 0.840, at 4096 keys 1.061 -> 1.041
+// and 1.144 -> 1.143; Qwen3-8B equal). At 4 to 16 rows the FMAs lost at long contexts (0.6B,
+// 4096 keys: 4 rows 1.373 -> 1.413, 8 rows 1.832 -> 1.990) while gaining at short ones.
+constexpr int64_t kTilesMinRows = 3;
 template <typename C, typename W>
 __global__ __launch_bounds__(1024) void ropeKvTilesKernel(RopeKvArgs<bf16, C, W> a, LoraDelta delta) {
   extern __shared__ float rows[];  // [8][headDim]: the 8 tokens' head rows
@@ -303,7 +309,7 @@ void ropeKvWrite(DType act, void* qkv, const int32_t* positions, const float* in
             qNorm ? static_cast<const W*>(qNorm->data) : nullptr, kNorm ? static_cast<const W*>(kNorm->data) : nullptr,
             eps, static_cast<C*>(c.k), static_cast<C*>(c.v), slots, c.numBlocks * c.blockSize, n, l, l.stride()};
         if constexpr (std::is_same_v<T, bf16>) {
-          if (d.t && deltaTilesOf(d, l.headDim) && l.headDim <= 512) {
+          if (d.t && deltaTilesOf(d, l.headDim) && l.headDim <= 512 && n >= kTilesMinRows) {
             const dim3 grid{unsigned(heads), unsigned((n + 7) / 8)};
             return launch("ropeKvWrite kernel", ropeKvTilesKernel<C, W>, grid, l.headDim / 16 * 32,
                 size_t(8) * l.headDim * sizeof(float), a, d);
