@@ -32,20 +32,25 @@ try {
   process.exit(1);
 }
 
-const args = [cmakeJs, 'compile', '--directory', root, '--out', tree];
-for (const name of ['MSTAR_CUDA', 'MSTAR_CUDA_ARCHITECTURES', 'MSTAR_CUDA_LINEINFO', 'MSTAR_CUDA_STAMPS']) {
-  if (process.env[name]) args.push(`--CD${name}=${process.env[name]}`);
-}
+// cmake-js's compile configures a new tree only: cache variables given here go through its
+// configure first, so that an existing tree takes them too (and keeps them afterwards).
+const defines = ['MSTAR_CUDA', 'MSTAR_CUDA_ARCHITECTURES', 'MSTAR_CUDA_LINEINFO', 'MSTAR_CUDA_STAMPS']
+  .filter((name) => process.env[name]).map((name) => `--CD${name}=${process.env[name]}`);
+const steps = [...(defines.length ? [['configure', ...defines]] : []), ['compile']];
 
 const verbose = process.stdout.isTTY || process.env.MSTAR_BUILD_VERBOSE === '1';
 say(`building the addon from CMakeLists.txt with cmake-js (tree: ${relative(process.cwd(), tree) || '.'})`);
-const run = spawnSync(process.execPath, args, {
-  cwd: root,
-  stdio: verbose ? 'inherit' : ['ignore', 'pipe', 'pipe'],
-  encoding: 'utf8',
-  maxBuffer: 256 * 2 ** 20,
-});
-const log = verbose ? '' : `${run.stdout ?? ''}${run.stderr ?? ''}`;
+let run, log = '';
+for (const [command, ...extra] of steps) {
+  run = spawnSync(process.execPath, [cmakeJs, command, '--directory', root, '--out', tree, ...extra], {
+    cwd: root,
+    stdio: verbose ? 'inherit' : ['ignore', 'pipe', 'pipe'],
+    encoding: 'utf8',
+    maxBuffer: 256 * 2 ** 20,
+  });
+  log += verbose ? '' : `${run.stdout ?? ''}${run.stderr ?? ''}`;
+  if (run.status !== 0) break;
+}
 if (!verbose) {
   mkdirSync(tree, { recursive: true });
   writeFileSync(join(tree, 'build.log'), log);
