@@ -57,6 +57,9 @@ const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
 
 /** Layer LAYER's kernels (from its first attention's predecessor chain: attention to attention) and µs by kind over a step. */
 function profile(graph) {
+  // The device keeps every stamp since the last dump (the eager forward, the warm-up replays,
+  // up to its arrays' size): one replay's dump clears them first.
+  stampsOf(graph);
   const layers = [], kinds = new Map();
   for (let r = 0; r < REPS; r++) {
     const s = stampsOf(graph);
