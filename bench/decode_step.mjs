@@ -21,37 +21,23 @@
 // addon reads at each launch, in one process: calls to the GPU machine land on machines that
 // differ by a few %); the mode's time is then its first variant's best.
 // Needs dist/ and the addon (as bench/gpu_session.sh).
-import { join } from 'node:path';
-
 import { addon } from '../dist/lib/addon/index.js';
-import { cudaPlacement, KvCache, loadModel } from '../dist/lib/models/index.js';
-import { Workspace } from '../dist/lib/models/workspace.js';
-import { BLOCK, blocksFor, decodeStep } from './decode_inputs.mjs';
+import { BLOCK, decodeSetup, decodeStep } from './decode_inputs.mjs';
 import { graphTimedUs } from './graph_timing.mjs';
-import { poolWithOneAdapter } from './one_adapter.mjs';
 
 const dir = process.argv[2];
 if (!dir) throw new Error('usage: node bench/decode_step.mjs DIR');
 const SEQS = (process.env.SEQS ?? '1,8,32').split(',').map(Number);
 const LEN = Number(process.env.LEN ?? 192), STEPS = Number(process.env.STEPS ?? 8), REPS = Number(process.env.REPS ?? 7);
-const maxSeqs = Math.max(...SEQS);
-
-const model = loadModel(dir, { placement: cudaPlacement() });
-const { lora, pool, slot } = await poolWithOneAdapter(model, join(dir, 'adapters'));
-const blocksPer = blocksFor(LEN);
-const tableWidth = Math.max(blocksPer, blocksFor(Number(process.env.WIDTH ?? model.config.maxPositionEmbeddings)));
-const kv = new KvCache(model.config, maxSeqs * blocksPer, BLOCK, model.placement);
-const wsOff = new Workspace(model.config, model.placement, maxSeqs, maxSeqs);
-const wsOn = new Workspace(model.config, model.placement, maxSeqs, maxSeqs, pool.widths);
+const width = process.env.WIDTH === undefined ? undefined : Number(process.env.WIDTH);
+const setup = await decodeSetup(dir, { len: LEN, maxSeqs: Math.max(...SEQS), width, modes: (process.env.MODES ?? 'off,base,one').split(',') });
+const { model, pool, kv, tableWidth } = setup;
 
 /** GPU ms a step: STEPS forwards of s captured in one graph, replayed REPS times (the first call eager, cuBLASLt's picks timed). */
 const stepMs = (s, ws) => graphTimedUs(STEPS, () => model.forward(s, kv, ws).dispose(), REPS) / 1e3;
 
 const OPS = ['embedding', 'rmsNorm', 'addRmsNorm', 'linear', 'linearWide', 'loraShrink', 'linearExpand', 'loraExpand',
   'ropeKvWrite', 'pagedAttention', 'siluMul', 'gatherRows'];
-// base: the pool on, no row on an adapter (the engine then runs its steps without a LoRA plan)
-const MODES = [['off', undefined, wsOff], ['base', undefined, wsOn], ['one', slot, wsOn]]
-  .filter(([mode]) => (process.env.MODES ?? 'off,base,one').split(',').includes(mode));
 const VARIANTS = process.env.VARIANTS?.split(';').map((v) => v.split(',').filter(Boolean).map((e) => e.split('=')));
 
 /** GPU ms of step s (under each of VARIANTS, printed; returned: the first variant's best). */
@@ -74,7 +60,7 @@ function timed(C, mode, s, ws) {
 console.log(`${dir}: ${model.config.numLayers} layers, hidden ${model.config.hiddenSize}; decode at context ${LEN}, tables ${tableWidth * BLOCK} wide; GPU ms a step, medians of ${REPS} replays of ${STEPS} steps`);
 for (const C of SEQS) {
   const times = {};
-  for (const [mode, rowSlot, ws] of MODES) {
+  for (const [mode, rowSlot, ws] of setup.modes) {
     model.lora = mode === 'off' ? undefined : pool;
     const s = decodeStep(model, C, LEN, tableWidth, rowSlot);
     const full = timed(C, mode, s, ws);
@@ -100,6 +86,4 @@ for (const C of SEQS) {
   console.log(`c=${C}: ${Object.entries(times).map(([m, ms]) => `${m} ${ms.toFixed(3)}`).join(', ')} ms` +
     (ratios.length ? ` (${ratios.join(', ')})` : ''));
 }
-model.lora = pool;
-[wsOff, wsOn, kv].forEach((t) => t.dispose());
-lora.dispose();
+setup.dispose();

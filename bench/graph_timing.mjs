@@ -11,14 +11,7 @@ import { addon } from '../dist/lib/addon/index.js';
  * rows timed ~97 µs on Qwen3-0.6B's shape).
  */
 export function graphTimedUs(calls, op, reps = 7) {
-  addon.gemmTuning(true);  // as the engine's graph warm-up: cuBLASLt's pick for each shape timed
-  try {
-    op(0);
-  } finally {
-    addon.gemmTuning(false);
-  }
-  addon.synchronize();
-  const graph = addon.captureGraph(() => { for (let i = 0; i < calls; i++) op(i); });
+  const graph = warmCapture(calls, op);
   graph.replay();
   addon.synchronize();
   const samples = [];
@@ -42,4 +35,19 @@ export function copiesPast(one, bytes, least = 2, most = 256) {
     addon.copyRegion(c, one, 0, 0, 1, false);
     return c;
   });
+}
+
+/**
+ * A graph of op(0) .. op(calls - 1), after op(0) ran once eagerly with gemmTuning on, as the
+ * engine's graph warm-up (see graphTimedUs).
+ */
+export function warmCapture(calls, op) {
+  addon.gemmTuning(true);  // as the engine's graph warm-up: cuBLASLt's pick for each shape timed
+  try {
+    op(0);
+  } finally {
+    addon.gemmTuning(false);
+  }
+  addon.synchronize();
+  return addon.captureGraph(() => { for (let i = 0; i < calls; i++) op(i); });
 }

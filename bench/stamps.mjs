@@ -15,25 +15,16 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 import { addon } from '../dist/lib/addon/index.js';
-import { cudaPlacement, KvCache, loadModel } from '../dist/lib/models/index.js';
-import { Workspace } from '../dist/lib/models/workspace.js';
-import { BLOCK, blocksFor, decodeStep } from './decode_inputs.mjs';
-import { poolWithOneAdapter } from './one_adapter.mjs';
+import { decodeSetup, decodeStep } from './decode_inputs.mjs';
+import { warmCapture } from './graph_timing.mjs';
 
 const dir = process.argv[2];
 if (!dir) throw new Error('usage: node bench/stamps.mjs DIR');
 const SEQS = (process.env.SEQS ?? '1,8').split(',').map(Number);
 const LEN = Number(process.env.LEN ?? 192), REPS = Number(process.env.REPS ?? 5);
-const model = loadModel(dir, { placement: cudaPlacement() });
+const setup = await decodeSetup(dir, { len: LEN, maxSeqs: Math.max(...SEQS), modes: (process.env.MODES ?? 'off,one').split(',') });
+const { model, pool, kv, tableWidth } = setup;
 const LAYER = Number(process.env.LAYER ?? Math.floor(model.config.numLayers / 2));
-const { lora, pool, slot } = await poolWithOneAdapter(model, join(dir, 'adapters'));
-const blocksPer = blocksFor(LEN), tableWidth = Math.max(blocksPer, blocksFor(model.config.maxPositionEmbeddings));
-const maxSeqs = Math.max(...SEQS);
-const kv = new KvCache(model.config, maxSeqs * blocksPer, BLOCK, model.placement);
-const wsOff = new Workspace(model.config, model.placement, maxSeqs, maxSeqs);
-const wsOn = new Workspace(model.config, model.placement, maxSeqs, maxSeqs, pool.widths);
-const MODES = [['off', undefined, wsOff], ['base', undefined, wsOn], ['one', slot, wsOn]]
-  .filter(([mode]) => (process.env.MODES ?? 'off,one').split(',').includes(mode));
 const file = join(mkdtempSync(join(tmpdir(), 'mstar-stamps-')), 'stamps.txt');
 
 /** One replay's stamps in time order: { ns, blocks, kind } (kind: the kernel's source file). */
@@ -77,13 +68,10 @@ function profile(graph) {
 console.log(`${dir}: decode at context ${LEN}; layer ${LAYER}'s kernels from its attention (source[blocks] µs), then µs a step by source from the first attention to the last; medians of ${REPS} replays`);
 for (const C of SEQS) {
   const layers = {};
-  for (const [mode, rowSlot, ws] of MODES) {
+  for (const [mode, rowSlot, ws] of setup.modes) {
     model.lora = mode === 'off' ? undefined : pool;
     const s = decodeStep(model, C, LEN, tableWidth, rowSlot);
-    addon.gemmTuning(true);  // cuBLASLt's picks made outside the capture, as in the engine's warm-up
-    model.forward(s, kv, ws).dispose();
-    addon.gemmTuning(false);
-    const graph = addon.captureGraph(() => model.forward(s, kv, ws).dispose());
+    const graph = warmCapture(1, () => model.forward(s, kv, ws).dispose());
     for (let r = 0; r < 10; r++) graph.replay();
     addon.synchronize();
     const { layer, kinds } = profile(graph);
@@ -100,6 +88,4 @@ for (const C of SEQS) {
     console.log(`  c=${C} ${mode} - off: ${on.map((x, i) => `${x.kind} ${(x.us - off[i].us >= 0 ? '+' : '')}${(x.us - off[i].us).toFixed(2)}`).join(' | ')}`);
   }
 }
-model.lora = pool;
-[wsOff, wsOn, kv].forEach((t) => t.dispose());
-lora.dispose();
+setup.dispose();
