@@ -46,26 +46,39 @@ function stampsOf(graph) {
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
 
-/** Layer LAYER's kernels (from its first attention's predecessor chain: attention to attention) and µs by kind over a step. */
+/**
+ * Layer LAYER's kernels (attention to attention), µs by kind over the whole step (first stamp to
+ * last), the step's parts (before the first attention, its layers, after the last attention:
+ * the last kernel's own time is not seen) and each layer's µs (attention to attention).
+ */
 function profile(graph) {
   // The device keeps every stamp since the last dump (the eager forward, the warm-up replays,
   // up to its arrays' size): one replay's dump clears them first.
   stampsOf(graph);
-  const layers = [], kinds = new Map();
+  const layers = [], kinds = new Map(), parts = [], perLayer = [];
   for (let r = 0; r < REPS; r++) {
     const s = stampsOf(graph);
     const att = s.flatMap((x, i) => (x.kind === 'attention' ? [i] : []));
     if (att.length < LAYER + 2) throw new Error(`${att.length} attention stamps in a step; LAYER ${LAYER} needs ${LAYER + 2}`);
     layers.push(s.slice(att[LAYER], att[LAYER + 1]).map((x, i) => ({ ...x, us: (s[att[LAYER] + i + 1].ns - x.ns) / 1e3 })));
     const byKind = new Map();
-    for (let i = att[0]; i < att.at(-1); i++) byKind.set(s[i].kind, (byKind.get(s[i].kind) ?? 0) + (s[i + 1].ns - s[i].ns) / 1e3);
+    for (let i = 0; i + 1 < s.length; i++) byKind.set(s[i].kind, (byKind.get(s[i].kind) ?? 0) + (s[i + 1].ns - s[i].ns) / 1e3);
     for (const [k, us] of byKind) kinds.set(k, [...(kinds.get(k) ?? []), us]);
+    const at = (i) => s[i].ns / 1e3;
+    parts.push([at(att[0]) - at(0), at(att.at(-1)) - at(att[0]), at(s.length - 1) - at(att.at(-1))]);
+    perLayer.push(att.slice(1).map((a, i) => at(a) - at(att[i])));
   }
   const layer = layers[0].map((x, i) => ({ kind: x.kind, blocks: x.blocks, us: median(layers.map((l) => l[i]?.us ?? NaN)) }));
-  return { layer, kinds: [...kinds].map(([k, v]) => [k, median(v)]).sort((a, b) => b[1] - a[1]) };
+  const each = perLayer[0].map((_, i) => median(perLayer.map((p) => p[i])));
+  return {
+    layer,
+    kinds: [...kinds].map(([k, v]) => [k, median(v)]).sort((a, b) => b[1] - a[1]),
+    parts: [0, 1, 2].map((i) => median(parts.map((p) => p[i]))),
+    each,
+  };
 }
 
-console.log(`${dir}: decode at context ${LEN}; layer ${LAYER}'s kernels from its attention (source[blocks] µs), then µs a step by source from the first attention to the last; medians of ${REPS} replays`);
+console.log(`${dir}: decode at context ${LEN}; layer ${LAYER}'s kernels from its attention (source[blocks] µs), then µs a step by source (first stamp to last) and by part; medians of ${REPS} replays`);
 for (const C of SEQS) {
   const layers = {};
   for (const [mode, rowSlot, ws] of setup.modes) {
@@ -74,11 +87,13 @@ for (const C of SEQS) {
     const graph = warmCapture(1, () => model.forward(s, kv, ws).dispose());
     for (let r = 0; r < 10; r++) graph.replay();
     addon.synchronize();
-    const { layer, kinds } = profile(graph);
+    const { layer, kinds, parts, each } = profile(graph);
     layers[mode] = layer;
     const sum = layer.reduce((a, x) => a + x.us, 0);
     console.log(`  c=${C} ${mode}: ${layer.map((x) => `${x.kind}[${x.blocks}] ${x.us.toFixed(2)}`).join(' | ')} (sum ${sum.toFixed(1)})`);
     console.log(`  c=${C} ${mode} by source: ${kinds.map(([k, us]) => `${k} ${us.toFixed(1)}`).join(', ')}`);
+    const sorted = [...each].sort((a, b) => a - b);
+    console.log(`  c=${C} ${mode} step: before the first attention ${parts[0].toFixed(1)}, layers ${parts[1].toFixed(1)}, after the last ${parts[2].toFixed(1)} µs; a layer min ${sorted[0].toFixed(1)} median ${median(each).toFixed(1)} max ${sorted.at(-1).toFixed(1)} (first ${each[0].toFixed(1)}, last ${each.at(-1).toFixed(1)})`);
     graph.dispose();
     s.dispose();
   }
