@@ -3,7 +3,8 @@
 // of a captured step, as the engine's graphs run it. A kernel's time is from the end of its
 // own wait (the kernel before it done) to the end of the next kernel's: its work after the
 // wait plus the hand-over. Prints, for each C and mode, one layer's kernels in order (source
-// file[blocks] µs; medians over REPS replays) and each source file's µs over the whole step:
+// file[blocks] µs; medians over REPS replays), each source file's µs over the whole step, and
+// the step's parts (before the first attention, the layers, after the last) with the layers' spread:
 //
 //   node bench/stamps.mjs DIR     (DIR from `mstar synth --adapters 1` or more)
 //
@@ -60,11 +61,12 @@ function profile(graph) {
     const s = stampsOf(graph);
     const att = s.flatMap((x, i) => (x.kind === 'attention' ? [i] : []));
     if (att.length < LAYER + 2) throw new Error(`${att.length} attention stamps in a step; LAYER ${LAYER} needs ${LAYER + 2}`);
-    layers.push(s.slice(att[LAYER], att[LAYER + 1]).map((x, i) => ({ ...x, us: (s[att[LAYER] + i + 1].ns - x.ns) / 1e3 })));
+    const at = (i) => s[i].ns / 1e3;  // stamp i's time, µs
+    const us = (i) => at(i + 1) - at(i);  // kernel i's: its wait's end to the next one's
+    layers.push(s.slice(att[LAYER], att[LAYER + 1]).map((x, i) => ({ ...x, us: us(att[LAYER] + i) })));
     const byKind = new Map();
-    for (let i = 0; i + 1 < s.length; i++) byKind.set(s[i].kind, (byKind.get(s[i].kind) ?? 0) + (s[i + 1].ns - s[i].ns) / 1e3);
-    for (const [k, us] of byKind) kinds.set(k, [...(kinds.get(k) ?? []), us]);
-    const at = (i) => s[i].ns / 1e3;
+    for (let i = 0; i + 1 < s.length; i++) byKind.set(s[i].kind, (byKind.get(s[i].kind) ?? 0) + us(i));
+    for (const [k, total] of byKind) kinds.set(k, [...(kinds.get(k) ?? []), total]);
     parts.push([at(att[0]) - at(0), at(att.at(-1)) - at(att[0]), at(s.length - 1) - at(att.at(-1))]);
     perLayer.push(att.slice(1).map((a, i) => at(a) - at(att[i])));
   }
