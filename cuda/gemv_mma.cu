@@ -1,5 +1,5 @@
 // The decode GEMM on tensor cores for few rows: 2 to 4 of any weight; of weights under
-// 32 MiB up to 16 rows, or 32 where out <= in. Like the GEMV it reads each weight once, but
+// 32 MiB 1 to 16 rows, or 32 where out <= in. Like the GEMV it reads each weight once, but
 // it multiplies on tensor cores, so a weight element's cost does not grow with the rows: the
 // GEMV re-reads every row of x through L1 for each weight load. Graph-timed on an H200
 // (bench/gemv.mjs, µs):
@@ -14,6 +14,10 @@
 //     0.6B o 3.30 / 2.60 at 8 rows, 5.93 / 4.14 at 32; down 4.47 / 3.25, 8.1 / 5.55; 8B o
 //     12.6 / 12.0 at 2 rows, down 35.9 / 33.6. Where out > in it lost (0.6B gate_up at 2
 //     rows 4.7 / 6.2): its ring holds fewer weight stages, and more blocks re-read x.
+// One row of a small weight too, launched early by the decode norm before it (norm.cu):
+//   Qwen3-0.6B's decode step at one row, GPU ms (bench/decode_step.mjs), the GEMV / this
+//     kernel: 0.778 / 0.695 LoRA off, 0.852 / 0.797 one adapter; without the norm's early
+//     launch this kernel gained only 0.778 -> 0.761.
 // It also starts early (programmatic dependent launch): its first weight stages stream while
 // the kernel before it ends, which cuBLASLt's kernels do not allow. It prefetches nothing
 // more to L2 before the wait, as the GEMV does: the ring's stages already keep HBM busy, and
@@ -47,7 +51,10 @@ constexpr int kWarps = 8;
 // rows (cuBLASLt's fixed cost is most of its time there), and more again where x goes
 // through the ring (where out ≤ in).
 constexpr int64_t kSmallWeightBytes = int64_t(32) << 20;
-constexpr int kMaxRows = 4, kMaxRowsSmallXRing = 32;  // and kGemvMmaMaxRowsSmall (gemv_mma.cuh)
+constexpr int kMaxRows = 4, kMaxRowsSmall = 16, kMaxRowsSmallXRing = 32;
+// One row of a large weight goes to the GEMV, which prefetches it into L2 ahead of its wait;
+// one row of a small one comes here (see gemvMmaFit).
+constexpr int kMinRowsLarge = 2;
 
 // A lane's 16-byte slots a stage: weight rows g and g + 8, and with XR one of x for each
 // group of 8 rows. A lane reads back only what it copied itself, so no barrier guards them.
@@ -184,19 +191,24 @@ void dispatchRows(bf16* out, const bf16* x, const bf16* w, int64_t ldw, const We
 
 }  // namespace
 
+GemvMmaFit gemvMmaFit(int64_t n, int64_t in, int64_t outF) {
+  if (in % (kWarps * 32) != 0) return GemvMmaFit::None;
+  if (in * outF * int64_t(sizeof(bf16)) >= kSmallWeightBytes)
+    return n >= kMinRowsLarge && n <= kMaxRows ? GemvMmaFit::Large : GemvMmaFit::None;
+  // x through the ring where out <= in (measured: see the top of this file)
+  return n >= 1 && n <= (outF <= in ? kMaxRowsSmallXRing : kMaxRowsSmall) ? GemvMmaFit::Small : GemvMmaFit::None;
+}
+
 bool gemvMma(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
              bool accumulate) {
   const int64_t ldw = w.ld ? w.ld : in;
-  // x through the ring where out <= in (measured: see the top of this file)
-  const bool small = in * outF * int64_t(sizeof(bf16)) < kSmallWeightBytes, xRing = outF <= in;
-  const int maxRows = !small ? kMaxRows : xRing ? kMaxRowsSmallXRing : kGemvMmaMaxRowsSmall;
-  if (act != DType::BF16 || w.dtype != DType::BF16 || n < kGemvMmaMinRows || n > maxRows || in % (kWarps * 32) != 0 ||
+  if (act != DType::BF16 || w.dtype != DType::BF16 || gemvMmaFit(n, in, outF) == GemvMmaFit::None ||
       !runsOf8(x, in, sizeof(bf16)) || !runsOf8(w.data, ldw, sizeof(bf16)))
     return false;
   auto* o = static_cast<bf16*>(out);
   auto* xp = static_cast<const bf16*>(x);
   auto* wp = static_cast<const bf16*>(w.data);
-  if (xRing) dispatchRows<true>(o, xp, wp, ldw, bias, int(n), in, outF, accumulate);
+  if (outF <= in) dispatchRows<true>(o, xp, wp, ldw, bias, int(n), in, outF, accumulate);
   else dispatchRows<false>(o, xp, wp, ldw, bias, int(n), in, outF, accumulate);
   return true;
 }

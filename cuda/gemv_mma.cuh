@@ -4,9 +4,11 @@
 
 namespace mstar::gpu {
 
-// The rows gemvMma takes of a weight under 32 MiB whose out > in (qkv, gate_up): from
-// kGemvMmaMinRows to kGemvMmaMaxRowsSmall (gemv_mma.cu has the rest of its rule).
-constexpr int kGemvMmaMinRows = 2, kGemvMmaMaxRowsSmall = 16;
+// Whether gemvMma takes x[n, in] · w[outF, in]ᵀ by its shape (bf16 and aligned rows aside),
+// and from which weight: a small one (under 32 MiB: 1 to 16 rows, 32 where out <= in) or a
+// large one (2 to 4 rows). A decode norm asks it of the projection after it (norm.cu).
+enum class GemvMmaFit { None, Small, Large };
+GemvMmaFit gemvMmaFit(int64_t n, int64_t in, int64_t outF);
 
 // out[n, outF] = x[n, in] · w[outF, in]ᵀ (+ bias; accumulate: out += it, rounded as linear
 // rounds), bf16 activations and weights, on tensor cores; false (nothing launched) where it

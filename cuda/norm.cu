@@ -12,10 +12,22 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// A decode step's norm (a block a row) lets the projection after it launch at once where
+// that projection runs on the tensor-core GEMV (the caller says: `early`): the GEMV's first
+// weight stages then stream while this norm still waits for the projection before it.
+// bench/decode_step.mjs on an H200, GPU ms a step, LoRA off, before -> after: Qwen3-0.6B 1 row
+// 0.778 -> 0.695 (the GEMV from one row too), 2 rows 0.783 -> 0.769, 8 rows 0.868 -> 0.811,
+// 16 rows 1.024 -> 0.992; Qwen3-8B (12 layers) 4 rows 1.947 -> 1.900. Ahead of any other
+// projection it waits: the one-row GEMV prefetches its whole weight into L2 before its wait,
+// which so early slowed the projection still running (Qwen3-8B 1 row 1.631 -> 1.660); ahead
+// of cuBLASLt it gained nothing. (A norm with a delta issuing its bT loads before it lets
+// the GEMV launch: one adapter 0.836 -> 0.823 at 2 rows, but 0.908 -> 0.920 at 8 and 1.834 ->
+// 1.900 at 8 rows of 4096 keys.)
+
 // One block per row. The second pass re-reads x (from L1/L2) instead of keeping it in
 // registers, so any row width works.
 template <typename T, typename W>
-__global__ void rmsNormKernel(T* out, const T* x, const W* w, int64_t dim, float eps) {
+__global__ void rmsNormKernel(T* out, const T* x, const W* w, int64_t dim, float eps, bool /*early*/) {
   __shared__ float partial[32];
   awaitPrior();
   const T* xr = x + blockIdx.x * dim;
@@ -79,22 +91,10 @@ bool withRowRuns(int64_t dim, F&& f) {
   return true;
 }
 
-// A decode step's norm (a block a row) lets the projection after it (qkv, gate_up) launch at
-// once at the rows where that projection runs on the tensor-core GEMV (2 to 16: every weight
-// of Qwen3-0.6B; 2-4 rows of Qwen3-8B): the GEMV's first weight stages then stream while this
-// norm still waits for the projection before it. bench/decode_step.mjs on an H200, GPU ms a step, LoRA off,
-// before -> after: Qwen3-0.6B 2 rows 0.783 -> 0.769, 8 rows 0.868 -> 0.811, 16 rows 1.024 ->
-// 0.992; Qwen3-8B (12 layers) 4 rows 1.947 -> 1.900; one adapter within 1% (16 rows: 1.116 ->
-// 1.086). At one row (a GEMV prefetching its whole weight into L2, against the projection
-// still running) it lost 1-6%; at 32 and 64 rows (cuBLASLt next for qkv and gate_up) 0-2%.
-__device__ __forceinline__ void normLaunchesNextEarly() {
-  if (gridDim.x >= kGemvMmaMinRows && gridDim.x <= kGemvMmaMaxRowsSmall) launchNextEarly();
-}
-
 // rmsNormKernel for rows RowRuns can hold.
 template <typename T, typename W, int RUNS>
-__global__ void rmsNormRunsKernel(T* out, const T* x, const W* w, int64_t dim, float eps) {
-  normLaunchesNextEarly();
+__global__ void rmsNormRunsKernel(T* out, const T* x, const W* w, int64_t dim, float eps, bool early) {
+  if (early) launchNextEarly();
   __shared__ float partial[32];
   RowRuns<T, W, RUNS> runs{{}, {}, dim};
   runs.loadWeight(w);
@@ -186,7 +186,7 @@ void launchWarpRows(T* out, const T* x, const W* w, int64_t rows, int64_t dim, f
 // the runs kernel's; this one reads a delta an output at a time.)
 template <typename T, typename W>
 __global__ void addRmsNormKernel(T* residual, const T* x, int64_t ldx, const W* w, T* out, int64_t dim, float eps,
-                                 LoraDelta delta, bool /*deltaVec*/) {
+                                 LoraDelta delta, bool /*deltaVec*/, bool /*early*/) {
   __shared__ float partial[32];
   awaitPrior();
   const int64_t row = blockIdx.x;
@@ -217,8 +217,9 @@ __global__ void addRmsNormKernel(T* residual, const T* x, int64_t ldx, const W* 
 constexpr int kRunsThreads = 512;
 template <typename T, typename W, int RUNS, bool LOADED = false>
 __global__ __launch_bounds__(kRunsThreads) void addRmsNormRunsKernel(
-    T* residual, const T* x, int64_t ldx, const W* w, T* out, int64_t dim, float eps, LoraDelta delta, bool deltaVec) {
-  normLaunchesNextEarly();
+    T* residual, const T* x, int64_t ldx, const W* w, T* out, int64_t dim, float eps, LoraDelta delta, bool deltaVec,
+    bool early) {
+  if (early) launchNextEarly();
   __shared__ float partial[32];
   RowRuns<T, W, RUNS> runs{{}, {}, dim};
   runs.loadWeight(w);
@@ -287,9 +288,15 @@ __global__ void headRmsNormKernel(T* qkv, const W* qw, const W* kw, int64_t n, i
   for (int d = lane; d < headDim; d += 32) x[d] = fromF<T>(toF(w[d]) * (toF(x[d]) * r));
 }
 
+// Whether a norm of rows x dim lets the projection after it (next outputs wide; 0: none)
+// launch early: where the tensor-core GEMV takes it.
+bool earlyFor(DType act, int64_t rows, int64_t dim, int64_t next) {
+  return act == DType::BF16 && next && gemvMmaFit(rows, dim, next) != GemvMmaFit::None;
+}
+
 }  // namespace
 
-void rmsNorm(DType act, void* out, const void* x, Weights w, int64_t rows, int64_t dim, float eps) {
+void rmsNorm(DType act, void* out, const void* x, Weights w, int64_t rows, int64_t dim, float eps, int64_t next) {
   if (rows == 0) return;
   withAct(act, [&](auto t) {
     withFloat(w.dtype, [&](auto wt) {
@@ -297,7 +304,7 @@ void rmsNorm(DType act, void* out, const void* x, Weights w, int64_t rows, int64
       using W = decltype(wt);
       auto args = [&](auto kernel) {
         launch("rmsNorm kernel", kernel, unsigned(rows), kThreads, 0, static_cast<T*>(out), static_cast<const T*>(x),
-            static_cast<const W*>(w.data), dim, eps);
+            static_cast<const W*>(w.data), dim, eps, earlyFor(act, rows, dim, next));
       };
       const bool vec = runsOf8(x, dim, sizeof(T)) && runsOf8(out, dim, sizeof(T)) && runsOf8(w.data, dim, sizeof(W));
       if (vec && rows >= kWarpRows && dim % 256 == 0 && dim * int64_t(sizeof(T)) <= kWarpRowBytes) {
@@ -328,7 +335,7 @@ static unsigned runThreads(int64_t dim, int runs) {
 }
 
 void addRmsNorm(DType act, void* residual, const void* x, Weights w, void* out, int64_t rows, int64_t dim, float eps,
-                int64_t ldx, const LoraDelta& d) {
+                int64_t ldx, const LoraDelta& d, int64_t next) {
   if (rows == 0) return;
   if (!ldx) ldx = dim;
   withAct(act, [&](auto t) {
@@ -338,7 +345,7 @@ void addRmsNorm(DType act, void* residual, const void* x, Weights w, void* out, 
       auto args = [&](auto kernel, unsigned threads = kThreads) {
         launch("addRmsNorm kernel", kernel, unsigned(rows), threads, 0, static_cast<T*>(residual),
             static_cast<const T*>(x), ldx, static_cast<const W*>(w.data), static_cast<T*>(out), dim, eps, d,
-            deltaRunsOf(d, 8, sizeof(T)));
+            deltaRunsOf(d, 8, sizeof(T)), earlyFor(act, rows, dim, next));
       };
       const bool vec = runsOf8(x, ldx, sizeof(T)) && runsOf8(residual, dim, sizeof(T)) &&
                        runsOf8(out, dim, sizeof(T)) && runsOf8(w.data, dim, sizeof(W));

@@ -36,10 +36,12 @@ struct SlotRanks {
 };
 
 void embedding(DType act, void* out, Weights table, int64_t tableRows, const int32_t* ids, int64_t n, int64_t dim);
-void rmsNorm(DType act, void* out, const void* x, Weights w, int64_t rows, int64_t dim, float eps);
+// next: the output width of the projection that reads out (0: none, or not known), so that a
+// tensor-core GEMV there can launch early (norm.cu).
+void rmsNorm(DType act, void* out, const void* x, Weights w, int64_t rows, int64_t dim, float eps, int64_t next = 0);
 // residual += x (+ d's delta, the two rounded first), then out = rmsNorm(residual); x's rows ldx apart (0: dim).
 void addRmsNorm(DType act, void* residual, const void* x, Weights w, void* out, int64_t rows, int64_t dim, float eps,
-                int64_t ldx = 0, const LoraDelta& d = {});
+                int64_t ldx = 0, const LoraDelta& d = {}, int64_t next = 0);
 void headRmsNorm(DType act, void* qkv, Weights qw, Weights kw, int64_t n, HeadLayout l, float eps);
 // A wide row's layout (see loraShrink): its first `in` columns, then slotCols columns for each of
 // numSlots slots, a row's columns outside its own slot's all zero; so the decode GEMV reads only

@@ -57,8 +57,10 @@ size_t graphNodes(const Graph*) noexcept { return 0; }
 void destroyGraph(Graph*) noexcept {}
 
 void embedding(DType, void*, Weights, int64_t, const int32_t*, int64_t, int64_t) { none(); }
-void rmsNorm(DType, void*, const void*, Weights, int64_t, int64_t, float) { none(); }
-void addRmsNorm(DType, void*, const void*, Weights, void*, int64_t, int64_t, float, int64_t, const LoraDelta&) { none(); }
+void rmsNorm(DType, void*, const void*, Weights, int64_t, int64_t, float, int64_t) { none(); }
+void addRmsNorm(DType, void*, const void*, Weights, void*, int64_t, int64_t, float, int64_t, const LoraDelta&, int64_t) {
+  none();
+}
 void headRmsNorm(DType, void*, Weights, Weights, int64_t, HeadLayout, float) { none(); }
 void linear(DType, void*, const void*, Weights, const Weights*, int64_t, int64_t, int64_t, bool, const WideRows&) {
   none();

@@ -21,6 +21,8 @@ class OpArgs {
   double number(size_t i, const char* name) const;
   int integer(size_t i, const char* name, int min = 0) const;
   bool flag(size_t i) const { return info_.Length() > i && info_[i].ToBoolean(); }  // absent: false
+  bool given(size_t i) const { return !info_[i].IsUndefined(); }  // past the last argument: not given
+  bool isNumber(size_t i) const { return info_[i].IsNumber(); }
   // An Int32Array of slices + 1 starts, from 0 to width, none below the one before.
   cpu::SliceStarts sliceStarts(size_t i, const char* name, int64_t width) const;
 

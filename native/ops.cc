@@ -118,10 +118,11 @@ Napi::Value RmsNorm(const Napi::CallbackInfo& info) {
   OpArgs a(info, "rmsNorm");
   Tensor &out = a.tensor(0, "out"), &x = a.tensor(1, "x"), &w = a.tensor(2, "w");
   float eps = float(a.number(3, "eps"));
+  const int64_t next = a.given(4) ? a.integer(4, "next") : 0;
   bool cuda = a.oneDevice();
   DType act = expectRmsNorm(a, out, x, w);
   const int64_t d = w.dim(0);
-  if (cuda) a.run([&] { gpu::rmsNorm(act, out.data(), x.data(), a.weights(w), x.numel() / d, d, eps); });
+  if (cuda) a.run([&] { gpu::rmsNorm(act, out.data(), x.data(), a.weights(w), x.numel() / d, d, eps, next); });
   else cpu::rmsNorm(out.ptr<float>(), x.ptr<float>(), a.weights(w), x.numel() / d, d, eps);
   return info.Env().Undefined();
 }
@@ -131,13 +132,18 @@ Napi::Value AddRmsNorm(const Napi::CallbackInfo& info) {
   Tensor &res = a.tensor(0, "residual"), &x = a.tensor(1, "x"), &w = a.tensor(2, "w");
   float eps = float(a.number(3, "eps"));
   Tensor& out = a.tensor(4, "out");
+  // then next alone, or a LoraDelta and optionally next
+  const size_t nextAt = a.isNumber(5) ? 5 : 9;
+  const int64_t next = a.given(nextAt) ? a.integer(nextAt, "next") : 0;
   bool cuda = a.oneDevice();
-  const bool adapted = a.optionalTensor(5, "bT");
+  const bool adapted = nextAt == 9 && a.optionalTensor(5, "bT");
   DType act = expectAddRmsNorm(a, res, x, w, out, adapted);
-  const cpu::LoraDelta d = expectLoraDelta(a, 5, x, w.dim(0), "x");
+  const cpu::LoraDelta d = adapted ? expectLoraDelta(a, 5, x, w.dim(0), "x") : cpu::LoraDelta{};
   const int64_t ldx = x.dim(1);
   if (cuda)
-    a.run([&] { gpu::addRmsNorm(act, res.data(), x.data(), a.weights(w), out.data(), res.dim(0), w.dim(0), eps, ldx, d); });
+    a.run([&] {
+      gpu::addRmsNorm(act, res.data(), x.data(), a.weights(w), out.data(), res.dim(0), w.dim(0), eps, ldx, d, next);
+    });
   else
     cpu::addRmsNorm(res.ptr<float>(), x.ptr<float>(), a.weights(w), out.ptr<float>(), res.dim(0), w.dim(0), eps, ldx, d);
   return info.Env().Undefined();

@@ -204,12 +204,20 @@ export interface Binding {
   fence(): Fence;
 
   embedding(out: Tensor, table: Tensor, ids: Tensor): void;
-  rmsNorm(out: Tensor, x: Tensor, w: Tensor, eps: number): void;
+  /**
+   * out = rmsNorm(x) * w. next: the output width of the projection that reads out (a decode
+   * step's hint, same result: on CUDA a tensor-core GEMV there launches before the norm ends).
+   */
+  rmsNorm(out: Tensor, x: Tensor, w: Tensor, eps: number, next?: number): void;
   /**
    * residual += x; out = rmsNorm(residual) * w. With a LoraDelta, x is an adapted projection's
-   * output (its rows wider: t after them), and residual += x plus each row's delta.
+   * output (its rows wider: t after them), and residual += x plus each row's delta. next: as
+   * rmsNorm's.
    */
-  addRmsNorm(residual: Tensor, x: Tensor, w: Tensor, eps: number, out: Tensor, ...lora: [] | LoraDelta): void;
+  addRmsNorm(
+    residual: Tensor, x: Tensor, w: Tensor, eps: number, out: Tensor,
+    ...rest: [] | [next: number] | LoraDelta | [...LoraDelta, next: number]
+  ): void;
   /** In place on the q and k heads of a fused qkv tensor. */
   headRmsNorm(qkv: Tensor, qWeight: Tensor, kWeight: Tensor, numHeads: number, numKvHeads: number, headDim: number, eps: number): void;
   /**

@@ -97,13 +97,16 @@ export class LlamaModel {
     const delta = (t: LoraTarget): LoraDelta => [t.bT!, lora!.plan.rowSlots, t.sliceStarts, t.ranks];
     /** An extended o or down's output [n, hidden + its shrink], for the next norm to add to the residual. */
     let pending: { y: Tensor; t: LoraTarget } | undefined;
-    /** rmsNorm(residual) into x, the residual first taking a pending output with its delta. */
-    const norm = (weight: string): Tensor => {
+    /**
+     * rmsNorm(residual) into x, the residual first taking a pending output with its delta;
+     * next: the width of the projection that reads x (0: none), see addon.rmsNorm.
+     */
+    const norm = (weight: string, next = 0): Tensor => {
       if (!pending) {
-        addon.rmsNorm(x, residual, this.w(weight), c.rmsNormEps);
+        addon.rmsNorm(x, residual, this.w(weight), c.rmsNormEps, next);
         return x;
       }
-      addon.addRmsNorm(residual, pending.y, this.w(weight), c.rmsNormEps, x, ...delta(pending.t));
+      addon.addRmsNorm(residual, pending.y, this.w(weight), c.rmsNormEps, x, ...delta(pending.t), next);
       release(pending.y);
       pending = undefined;
       return x;
@@ -159,9 +162,14 @@ export class LlamaModel {
       pending = { y: projectExtended('proj', input, t, c.hiddenSize), t };
     };
     const qkvCols = (H + 2 * K) * hd;
+    /** The width of projection `name`'s plain GEMM: by W or its extended weight; 0 where adapted otherwise. */
+    const gemmWidth = (name: string, cols: number) => {
+      const t = extended(name);
+      return t ? cols + t.bCols : adapted(name) ? 0 : cols;
+    };
     for (let l = 0; l < c.numLayers; l++) {
       const p = `layers.${l}`;
-      const input = norm(`${p}.attn_norm`);
+      const input = norm(`${p}.attn_norm`, gemmWidth(`${p}.qkv`, qkvCols));
       const tq = extended(`${p}.qkv`);
       const q = tq ? projectExtended('qkv', input, tq, qkvCols) : qkv;
       if (!tq) project(qkv, input, `${p}.qkv`);
@@ -171,7 +179,7 @@ export class LlamaModel {
       addon.pagedAttention(attn, q, kv.k[l], kv.v[l], step.blockTables, step.queryStarts, step.contextLens, H, K, hd, this.scale);
       if (q !== qkv) release(q);
       addToResidual(attn, `${p}.o`);
-      const mlpInput = norm(`${p}.mlp_norm`);
+      const mlpInput = norm(`${p}.mlp_norm`, gemmWidth(`${p}.gate_up`, 2 * c.intermediateSize));
       const tg = extended(`${p}.gate_up`);
       if (tg) {
         const gu = projectExtended('gateUp', mlpInput, tg, 2 * c.intermediateSize);

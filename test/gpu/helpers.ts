@@ -4,6 +4,7 @@
 import { describe } from 'vitest';
 
 import { addon, type DType, type FloatDType, type Tensor } from '../../lib/addon/index.js';
+import type { Rng } from '../ops/random.js';
 
 export { addon };
 export type { DType, FloatDType, Tensor };
@@ -57,4 +58,24 @@ export function i64(shape: number[], data: ArrayLike<number>): Tensor {
 export function weightPair(dtype: FloatDType, shape: number[], data: Float32Array): { cpu: Tensor; cuda: Tensor } {
   const cpu = addon.fromArray(dtype, shape, data);
   return { cpu, cuda: cpu.to('cuda') };
+}
+
+const DELTA_SLOTS = 4;
+
+/**
+ * A LoraDelta's operands for outputs split at `starts`, rank R (4 slots, slot 3 of rank R - 3), on both
+ * devices; `pairs`: rows 2i and 2i + 1 share a slot (the ops that share bT's loads among rows).
+ */
+export function deltaPair(act: 'f32' | 'bf16', rng: Rng, n: number, starts: number[], R: number, pairs = false) {
+  const slices = starts.length - 1, out = starts[slices], bCols = DELTA_SLOTS * slices * R;
+  const bT = rounded(act, rng.floats(bCols * out, -0.2, 0.2));
+  const slots = Array.from({ length: n }, (_, r) => [1, 0, 3, 2, 7][((pairs ? r >> 1 : r) * 3 + 1) % 5]);  // 7: past the table
+  const ranks = Array.from({ length: DELTA_SLOTS * slices }, (_, i) => (Math.floor(i / slices) === 3 ? R - 3 : R));
+  // Shrink columns past a slot's rank are zero padding, as the GEMM by zero rows of A leaves them.
+  const t = rounded(act, rng.floats(n * bCols).map((v, i) => ((i % bCols) % R < ranks[Math.floor((i % bCols) / R)] ? v : 0)));
+  return {
+    bCols, t,
+    cpu: [onCpu([bCols, out], bT), i32([n], slots.map((s) => (s >= DELTA_SLOTS ? 0 : s))), Int32Array.from(starts), i32([DELTA_SLOTS, slices], ranks)] as const,
+    cuda: [onCuda(act, [bCols, out], bT), onCuda('i32', [n], slots), Int32Array.from(starts), onCuda('i32', [DELTA_SLOTS, slices], ranks)] as const,
+  };
 }

@@ -4,27 +4,7 @@
 // fused slices, widths whose runs of 8 do and do not line up.
 import { describe, it } from 'vitest';
 
-import { ACTS, addon, describeGpu, expectClose, floats, i32, onCpu, onCuda, Rng, rounded, tol, withShrink } from './helpers.js';
-
-const SLOTS = 4;
-
-/**
- * A LoraDelta's operands for outputs split at `starts`, rank R (slot 3 of rank R - 3), on both
- * devices; `pairs`: rows 2i and 2i + 1 share a slot (the ops that share bT's loads among rows).
- */
-function deltaPair(act: 'f32' | 'bf16', rng: Rng, n: number, starts: number[], R: number, pairs = false) {
-  const slices = starts.length - 1, out = starts[slices], bCols = SLOTS * slices * R;
-  const bT = rounded(act, rng.floats(bCols * out, -0.2, 0.2));
-  const slots = Array.from({ length: n }, (_, r) => [1, 0, 3, 2, 7][((pairs ? r >> 1 : r) * 3 + 1) % 5]);  // 7: past the table
-  const ranks = Array.from({ length: SLOTS * slices }, (_, i) => (Math.floor(i / slices) === 3 ? R - 3 : R));
-  // Shrink columns past a slot's rank are zero padding, as the GEMM by zero rows of A leaves them.
-  const t = rounded(act, rng.floats(n * bCols).map((v, i) => ((i % bCols) % R < ranks[Math.floor((i % bCols) / R)] ? v : 0)));
-  return {
-    bCols, t,
-    cpu: [onCpu([bCols, out], bT), i32([n], slots.map((s) => (s >= SLOTS ? 0 : s))), Int32Array.from(starts), i32([SLOTS, slices], ranks)] as const,
-    cuda: [onCuda(act, [bCols, out], bT), onCuda('i32', [n], slots), Int32Array.from(starts), onCuda('i32', [SLOTS, slices], ranks)] as const,
-  };
-}
+import { ACTS, addon, deltaPair, describeGpu, expectClose, floats, i32, onCpu, onCuda, Rng, rounded, tol, withShrink } from './helpers.js';
 
 describeGpu('cuda LoRA deltas', () => {
   describe.each(ACTS)('%s activations', (act) => {

@@ -85,7 +85,7 @@ describeGpu('cuda row ops', () => {
     describe.each(WEIGHT_DTYPES)('linear, %s weights', (wd) => {
       // [n, in, out]: GEMV sizes (1, <= 4), past it (tiled / cuBLASLt), odd and aligned widths;
       // narrow outputs over long rows, where 2 to 8 warps share an output feature; bf16 rows
-      // the tensor-core GEMV takes (2-4 of a weight of 32 MiB or more; of a smaller one up to
+      // the tensor-core GEMV takes (2-4 of a weight of 32 MiB or more; of a smaller one 1 to
       // 16 where out > in, 32 where out <= in: one, two and four groups of 8 rows, x through
       // L1 and through the ring), outputs past its 16-row tiles.
       const shapes = [[1, 7, 33], [1, 64, 256], [1, 1024, 130], [3, 130, 33], [4, 64, 64], [5, 1024, 256],
@@ -111,9 +111,9 @@ describeGpu('cuda row ops', () => {
       });
     });
 
-    // bf16 over 32 MiB: the tensor-core GEMV up to 4 rows, then cuBLASLt; under it, up to 16
-    // (out > in) or 32 (out <= in)
-    it.each([[2, 4096, 4200], [3, 4096, 4200], [4, 4096, 4200], [5, 4096, 4200], [8, 1024, 300], [13, 1024, 300],
+    // bf16 over 32 MiB: the tensor-core GEMV from 2 to 4 rows, then cuBLASLt; under it, 1 to
+    // 16 (out > in) or 32 (out <= in)
+    it.each([[1, 4096, 4200], [1, 1024, 300], [2, 4096, 4200], [3, 4096, 4200], [4, 4096, 4200], [5, 4096, 4200], [8, 1024, 300], [13, 1024, 300],
       [13, 512, 1000], [24, 1024, 300]])(
       'linear, %i rows of in %i, out %i, by a window of a wider weight (its columns from wCol)', (n, inF, outF) => {
       const rng = new Rng(100 + n);

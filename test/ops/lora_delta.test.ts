@@ -2,7 +2,7 @@
 // CPU backend against the formula written out here, and the checks on the delta's operands.
 import { describe, expect, it } from 'vitest';
 
-import { addon, expectClose, expectOpError, f32, floats, i32, withShrink } from './helpers.js';
+import { addon, expectClose, expectOpError, expectSame, f32, floats, i32, withShrink } from './helpers.js';
 import { Rng } from './random.js';
 
 const SLOTS = 3;
@@ -56,6 +56,11 @@ describe('LoRA deltas on the CPU', () => {
       return w[j % dim] * v / Math.sqrt(row.reduce((a, b) => a + b * b, 0) / dim + 1e-6);
     });
     expectClose(floats(out), normed, 1e-5);
+    // next after the delta (a scheduling hint): the same result
+    const residual2 = f32([n, dim], res), out2 = addon.empty('f32', [n, dim]);
+    addon.addRmsNorm(residual2, f32([n, dim + d.bCols], withShrink(n, dim, x, d.t, d.bCols)), f32([dim], w), 1e-6, out2, ...d.args, 4 * dim);
+    expectSame(floats(residual2), floats(residual));
+    expectSame(floats(out2), floats(out));
   });
 
   it('ropeKvWrite adds the delta to q, k and v before it norms, rotates and caches them', () => {

@@ -52,6 +52,25 @@ describe.each(FLOAT_DTYPES)('addRmsNorm with %s w', (dtype) => {
   });
 });
 
+// next (the width of the projection that reads out) is a scheduling hint: the same result.
+it('rmsNorm and addRmsNorm take the next projection\'s width and give the same result', () => {
+  const rng = new Rng(11);
+  const dim = 64;
+  const x = rng.floats(2 * dim, -2, 2);
+  const residual = rng.floats(2 * dim, -2, 2);
+  const w = f32([dim], rng.floats(dim, 0.5, 1.5));
+  const plain = addon.empty('f32', [2, dim]);
+  const hinted = addon.empty('f32', [2, dim]);
+  addon.rmsNorm(plain, f32([2, dim], x), w, EPS);
+  addon.rmsNorm(hinted, f32([2, dim], x), w, EPS, 4 * dim);
+  expectSame(floats(hinted), floats(plain));
+  const [resPlain, resHinted] = [f32([2, dim], residual), f32([2, dim], residual)];
+  addon.addRmsNorm(resPlain, f32([2, dim], x), w, EPS, plain);
+  addon.addRmsNorm(resHinted, f32([2, dim], x), w, EPS, hinted, 4 * dim);
+  expectSame(floats(hinted), floats(plain));
+  expectSame(floats(resHinted), floats(resPlain));
+});
+
 it('addRmsNorm: the sum is the f32 sum', () => {
   const rng = new Rng(3);
   const residual = rng.floats(33, -1e3, 1e3);
@@ -96,6 +115,8 @@ describe('bad arguments', () => {
     expectOpError(() => addon.rmsNorm(addon.empty('f32', [3, 8]), addon.zeros('bf16', [3, 8]), w, EPS), /^rmsNorm: x must be f32/);
     expectOpError(() => addon.rmsNorm(addon.empty('f32', [3, 8]), x, addon.zeros('bf16', [1, 8]), EPS), /^rmsNorm: w must have 1 dims/);
     expectOpError(() => addon.rmsNorm(addon.empty('f32', [3, 8]), x, w, 'tiny' as never), /^rmsNorm: eps must be a number/);
+    expectOpError(() => addon.rmsNorm(addon.empty('f32', [3, 8]), x, w, EPS, -1), /^rmsNorm: next must be an integer >= 0/);
+    expectOpError(() => addon.rmsNorm(addon.empty('f32', [3, 8]), x, w, EPS, 2.5), /^rmsNorm: next must be an integer >= 0/);
   });
 
   it('rmsNorm with an empty w throws instead of dividing by zero', () => {
@@ -108,6 +129,7 @@ describe('bad arguments', () => {
     expectOpError(() => addon.addRmsNorm(addon.zeros('f32', [3, 8]), x, w, EPS, addon.empty('f32', [3, 7])), /^addRmsNorm: out must be \[3, 8\]/);
     expectOpError(() => addon.addRmsNorm(addon.zeros('f32', [24]), x, w, EPS, out), /^addRmsNorm: residual must have 2 dims/);
     expectOpError(() => addon.addRmsNorm(addon.zeros('f32', [3, 8]), x, addon.zeros('i32', [8]), EPS, out), /^addRmsNorm: w must be f32, bf16 or f16/);
+    expectOpError(() => addon.addRmsNorm(addon.zeros('f32', [3, 8]), x, w, EPS, out, -8), /^addRmsNorm: next must be an integer >= 0/);
   });
 
   it('headRmsNorm', () => {
