@@ -73,19 +73,51 @@ constexpr size_t ringBytes(int ng, bool xr) {
 // The warps' partial sums at the end (static shared memory).
 __host__ __device__ constexpr size_t partialBytes(int ng) { return size_t(kWarps) * ng * 4 * 32 * sizeof(float); }
 
+// An extended projection's grid (see UnusedSlots): first `slotBlocks` blocks for the slots its
+// rows use, perSlot / 16 for each of at most min(n, slots) slots, then W's rows. A grid over
+// every slot's A had cost one adapter's decode step in proportion to the pool, and a grid of
+// every slot whose unused slots' blocks exit had cost 2% at 1-4 slots (their reads of
+// slotOfRow delayed the used slot's block). bench/decode_step.mjs, one adapter, GPU ms a step,
+// every slot's blocks -> these: Qwen3-0.6B one row 0.799 / 0.798 / 0.809 / 0.852 -> 0.797 /
+// 0.797 / 0.796 / 0.800 with 1 / 3 / 4 / 8 slots, 8 rows 0.952 -> 0.893 (8 slots); Qwen3-8B
+// 4 rows 1.975 -> 1.908 (4 slots).
+struct SlotGrid {
+  const int32_t* slotOfRow = nullptr;  // null: no slots left out, block b takes outputs 16 b
+  int64_t from = 0, perSlot = 0;
+  unsigned slotBlocks = 0;
+};
+
+// The block's first output, or -1 where its slot is past the slots the rows use. The slots'
+// blocks come first so that their reads of slotOfRow go out before W's blocks fill the memory
+// system. n <= 32: a lane a row.
+__device__ __forceinline__ int64_t firstOutput(const SlotGrid& sg, int n, int lane) {
+  if (!sg.slotOfRow) return int64_t(blockIdx.x) * 16;
+  if (blockIdx.x >= sg.slotBlocks) return int64_t(blockIdx.x - sg.slotBlocks) * 16;
+  const int perSlotBlocks = int(sg.perSlot / 16), k = int(blockIdx.x) / perSlotBlocks;
+  const int s = lane < n ? sg.slotOfRow[lane] : 0;
+  // Lanes holding the first row of each slot other than 0 (the zero adapter, never read).
+  const unsigned same = __match_any_sync(~0u, s);
+  unsigned firsts = __ballot_sync(~0u, s > 0 && (same & ((1u << lane) - 1)) == 0);
+  if (__popc(firsts) <= k) return -1;
+  for (int i = 0; i < k; ++i) firsts &= firsts - 1;  // the k-th such lane is now the lowest bit
+  const int slot = __shfl_sync(~0u, s, __ffs(firsts) - 1);
+  return sg.from + slot * sg.perSlot + (blockIdx.x % perSlotBlocks) * 16;
+}
+
 // NG: groups of 8 rows of x (n <= 8 NG). XR: x through the ring too; otherwise each step
 // loads x through L1 (every block reads the same x), which is faster where out > in.
 template <int NG, bool XR>
 __global__ __launch_bounds__(kWarps * 32) void gemvMmaKernel(bf16* out, const bf16* x, const bf16* w, int64_t ldw,
                                                              const void* bias, DType biasType, int n, int64_t in,
-                                                             int64_t outF, bool accumulate) {
+                                                             int64_t outF, bool accumulate, SlotGrid sg) {
   constexpr int kStages = stagesFor(NG, XR), kSlots = slotsFor(NG, XR);
   extern __shared__ uint4 ring[];  // [kStages][kWarps][kSlots][32]
   __shared__ float partial[kWarps][NG * 4][32];
   static_assert(sizeof(partial) == partialBytes(NG), "the launch's carveout counts partialBytes");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
   // The warp's k: `steps` runs of 32 elements, `stride` apart, from 32 · warp.
-  const int64_t o0 = int64_t(blockIdx.x) * 16, stride = 32 * kWarps;
+  const int64_t o0 = firstOutput(sg, n, lane), stride = 32 * kWarps;
+  if (o0 < 0) return;
   const int64_t steps = in / stride;
   // Rows past outF read the last row (valid memory); their outputs are not stored.
   auto row = [&](int r) { return w + min(o0 + r, outF - 1) * ldw + 32 * warp; };
@@ -160,7 +192,7 @@ __global__ __launch_bounds__(kWarps * 32) void gemvMmaKernel(bf16* out, const bf
 
 template <int NG, bool XR>
 void launchGemvMma(bf16* out, const bf16* x, const bf16* w, int64_t ldw, const Weights* bias, int n, int64_t in,
-                   int64_t outF, bool accumulate) {
+                   int64_t outF, bool accumulate, const SlotGrid& sg) {
   constexpr size_t kRing = ringBytes(NG, XR);
   static const bool sized = [] {  // the ring is over the 48 KB a launch gets without asking
     check(cudaFuncSetAttribute(gemvMmaKernel<NG, XR>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kRing)),
@@ -168,7 +200,7 @@ void launchGemvMma(bf16* out, const bf16* x, const bf16* w, int64_t ldw, const W
     return true;
   }();
   (void)sized;
-  const unsigned grid = blocksFor(outF, 16);
+  const unsigned grid = sg.slotOfRow ? sg.slotBlocks + unsigned(sg.from / 16) : blocksFor(outF, 16);
   // Shared memory for the blocks this grid puts on an SM, the rest L1 (carveoutFor): at the
   // driver's choice (the most shared memory) the SM kept that carveout through the kernels
   // after, decode attention among them. bench/decode_step.mjs, Qwen3-0.6B, GPU ms a step,
@@ -178,15 +210,15 @@ void launchGemvMma(bf16* out, const bf16* x, const bf16* w, int64_t ldw, const W
   const int64_t perSm = (grid + smCount() - 1) / smCount();
   launchCarved("linear tensor-core GEMV kernel", carveoutFor(perSm, kRing + partialBytes(NG)), gemvMmaKernel<NG, XR>,
       grid, kWarps * 32, kRing, out, x, w, ldw, bias ? bias->data : nullptr, bias ? bias->dtype : DType::F32, n,
-      in, outF, accumulate);
+      in, outF, accumulate, sg);
 }
 
 template <bool XR>
 void dispatchRows(bf16* out, const bf16* x, const bf16* w, int64_t ldw, const Weights* bias, int n, int64_t in,
-                  int64_t outF, bool accumulate) {
-  if (n <= 8) launchGemvMma<1, XR>(out, x, w, ldw, bias, n, in, outF, accumulate);
-  else if (n <= 16) launchGemvMma<2, XR>(out, x, w, ldw, bias, n, in, outF, accumulate);
-  else if constexpr (XR) launchGemvMma<4, XR>(out, x, w, ldw, bias, n, in, outF, accumulate);
+                  int64_t outF, bool accumulate, const SlotGrid& sg) {
+  if (n <= 8) launchGemvMma<1, XR>(out, x, w, ldw, bias, n, in, outF, accumulate, sg);
+  else if (n <= 16) launchGemvMma<2, XR>(out, x, w, ldw, bias, n, in, outF, accumulate, sg);
+  else if constexpr (XR) launchGemvMma<4, XR>(out, x, w, ldw, bias, n, in, outF, accumulate, sg);
 }
 
 }  // namespace
@@ -200,7 +232,7 @@ GemvMmaFit gemvMmaFit(int64_t n, int64_t in, int64_t outF) {
 }
 
 bool gemvMma(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
-             bool accumulate) {
+             bool accumulate, const UnusedSlots& u) {
   const int64_t ldw = w.ld ? w.ld : in;
   if (act != DType::BF16 || w.dtype != DType::BF16 || gemvMmaFit(n, in, outF) == GemvMmaFit::None ||
       !runsOf8(x, in, sizeof(bf16)) || !runsOf8(w.data, ldw, sizeof(bf16)))
@@ -208,8 +240,14 @@ bool gemvMma(DType act, void* out, const void* x, Weights w, const Weights* bias
   auto* o = static_cast<bf16*>(out);
   auto* xp = static_cast<const bf16*>(x);
   auto* wp = static_cast<const bf16*>(w.data);
-  if (outF <= in) dispatchRows<true>(o, xp, wp, ldw, bias, int(n), in, outF, accumulate);
-  else dispatchRows<false>(o, xp, wp, ldw, bias, int(n), in, outF, accumulate);
+  SlotGrid sg;
+  // Whole blocks a slot, n <= 32 (a lane a row; gemvMmaFit's rows are fewer).
+  if (u.slotOfRow && u.from % 16 == 0 && u.perSlot % 16 == 0 && (outF - u.from) % u.perSlot == 0 && n <= 32) {
+    const int64_t slots = (outF - u.from) / u.perSlot - 1;  // besides slot 0
+    sg = {u.slotOfRow, u.from, u.perSlot, unsigned(std::min(n, slots) * (u.perSlot / 16))};
+  }
+  if (outF <= in) dispatchRows<true>(o, xp, wp, ldw, bias, int(n), in, outF, accumulate, sg);
+  else dispatchRows<false>(o, xp, wp, ldw, bias, int(n), in, outF, accumulate, sg);
   return true;
 }
 

@@ -270,9 +270,9 @@ void gemv(DType act, void* out, const void* x, Weights w, const Weights* bias, i
 }  // namespace
 
 void linear(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
-            bool accumulate, const WideRows& wide) {
+            bool accumulate, const WideRows& wide, const UnusedSlots& unused) {
   if (n == 0 || outF == 0) return;
-  if (!wide.slotOfRow && gemvMma(act, out, x, w, bias, n, in, outF, accumulate)) return;
+  if (!wide.slotOfRow && gemvMma(act, out, x, w, bias, n, in, outF, accumulate, unused)) return;
   if (n <= kMaxGemvRows) return gemv(act, out, x, w, bias, n, in, outF, LoraExpandArgs{}, accumulate, wide);
   if (act == DType::BF16 && w.dtype == DType::BF16 && in > 0) {
     // Accumulating without a bias, cuBLASLt adds to out itself (beta = 1): one kernel, no

@@ -50,9 +50,16 @@ struct WideRows {
   const int32_t* slotOfRow = nullptr;
   int64_t in = 0, slotCols = 0, numSlots = 0;
 };
+// An extended projection's output rows from `from` on: perSlot rows a slot (slot s's at from +
+// s * perSlot). Those of slots no row of slotOfRow holds (slot 0, the zero adapter, among them)
+// may be left unwritten: no op reads a row's shrink but in its own slot's. slotOfRow null: none.
+struct UnusedSlots {
+  const int32_t* slotOfRow = nullptr;
+  int64_t from = 0, perSlot = 0;
+};
 // accumulate: out += x · wᵀ (+ bias), one rounding (how the residual stream takes a projection).
 void linear(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
-            bool accumulate = false, const WideRows& wide = {});
+            bool accumulate = false, const WideRows& wide = {}, const UnusedSlots& unused = {});
 void rope(DType act, void* qkv, const int32_t* positions, const float* invFreq, int64_t n, HeadLayout l, int half);
 // gateUp's rows ldg apart (0: 2 * inter); d's delta joins gate and up first, each rounded.
 void siluMul(DType act, void* out, const void* gateUp, int64_t n, int64_t inter, int64_t ldg = 0,

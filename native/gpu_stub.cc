@@ -62,7 +62,8 @@ void addRmsNorm(DType, void*, const void*, Weights, void*, int64_t, int64_t, flo
   none();
 }
 void headRmsNorm(DType, void*, Weights, Weights, int64_t, HeadLayout, float) { none(); }
-void linear(DType, void*, const void*, Weights, const Weights*, int64_t, int64_t, int64_t, bool, const WideRows&) {
+void linear(DType, void*, const void*, Weights, const Weights*, int64_t, int64_t, int64_t, bool, const WideRows&,
+            const UnusedSlots&) {
   none();
 }
 void rope(DType, void*, const int32_t*, const float*, int64_t, HeadLayout, int) { none(); }

@@ -168,13 +168,24 @@ Napi::Value Linear(const Napi::CallbackInfo& info) {
   Tensor* bias = a.optionalTensor(3, "bias");
   const bool accumulate = a.flag(4);
   const int64_t wCol = info.Length() > 5 && !info[5].IsUndefined() ? a.integer(5, "wCol") : -1;
+  // then optionally slotOfRow, from, perSlot: an extended projection's shrink rows (gpu::UnusedSlots)
+  Tensor* slots = a.given(6) ? &a.tensor(6, "slotOfRow") : nullptr;
   bool cuda = a.oneDevice();
   cpu::Weights b{};
   DType act = expectLinear(a, out, x, w, bias, &b, wCol);
   const cpu::Weights weights = linearWeights(a, w, wCol);
+  gpu::UnusedSlots unused;
+  if (slots) {
+    const int64_t from = a.integer(7, "from"), perSlot = a.integer(8, "perSlot", 1);
+    a.expect(from <= w.dim(0),
+             [&] { return "from " + std::to_string(from) + " is past w's " + std::to_string(w.dim(0)) + " rows"; });
+    expectSlotOfRow(a, *slots, x.dim(0), (w.dim(0) - from + perSlot - 1) / perSlot);
+    unused = {slots->ptr<int32_t>(), from, perSlot};
+  }
   if (cuda)
     a.run([&] {
-      gpu::linear(act, out.data(), x.data(), weights, bias ? &b : nullptr, x.dim(0), x.dim(1), w.dim(0), accumulate);
+      gpu::linear(act, out.data(), x.data(), weights, bias ? &b : nullptr, x.dim(0), x.dim(1), w.dim(0), accumulate, {},
+                  unused);
     });
   else
     cpu::linear(out.ptr<float>(), x.ptr<float>(), weights, bias ? &b : nullptr, x.dim(0), x.dim(1), w.dim(0),

@@ -225,8 +225,14 @@ export interface Binding {
    * projection). Given wCol, w may be wider than x: x [n, in] meets w's columns [wCol, wCol + in)
    * (a projection's weight with every adapter slot's b beside W, see lib/lora/slot_weights.ts);
    * without it, x must be as wide as w.
+   * unused (an extended projection, every slot's A beneath W): w's rows from `from` are
+   * perSlot rows a slot; those of slots no row of slotOfRow holds (slot 0 among them) may be
+   * left unwritten (CUDA skips them; no op reads a row's shrink but its own slot's).
    */
-  linear(out: Tensor, x: Tensor, w: Tensor, bias: Tensor | null, accumulate?: boolean, wCol?: number): void;
+  linear(
+    out: Tensor, x: Tensor, w: Tensor, bias: Tensor | null, accumulate?: boolean, wCol?: number,
+    ...unused: [] | [slotOfRow: Tensor, from: number, perSlot: number]
+  ): void;
   /**
    * linear of a wide row x (see loraShrink): its first `in` columns, then `slots` blocks of one
    * width, each row's zero outside its own slot's (slotOfRow: i32 [n]). The same result; the

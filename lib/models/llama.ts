@@ -152,7 +152,7 @@ export class LlamaModel {
     /** The input's extended projection, [n, out + its shrink], in buffer `name`. */
     const projectExtended = (name: BufferName, input: Tensor, t: LoraTarget, out: number) => {
       const y = buffer(name, n, out + t.bCols);
-      addon.linear(y, input, t.ext!, null, false, 0);
+      addon.linear(y, input, t.ext!, null, false, 0, lora!.plan.rowSlots, out, t.bCols / numSlots);
       return y;
     };
     /** The residual takes input's projection `name`: now, or (extended) at the next norm. */

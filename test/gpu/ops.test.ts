@@ -126,6 +126,33 @@ describeGpu('cuda row ops', () => {
       }
     });
 
+    // An extended projection (512 outputs, then 4 slots' shrink rows of perSlot each) naming its
+    // slot layout: every output a row's own slot needs matches the CPU; bf16 at decode sizes
+    // (the tensor-core GEMV) leaves the rows of slots no row holds, slot 0 among them, unwritten
+    // where they fill whole blocks of 16 (perSlot 48), x through its ring (in 1024) or not (256).
+    const manySlots = Array.from({ length: 32 }, (_, i) => [3, 0, 2, 3][i % 4]);
+    it.each([
+      [1, 48, [2], 1024], [3, 48, [1, 0, 1], 1024], [2, 48, [3, 1], 256], [8, 24, [3, 0, 3, 1, 1, 0, 0, 3], 1024],
+      [8, 48, [3, 0, 3, 1, 1, 0, 0, 3], 1024], [16, 48, Array(16).fill(0), 1024], [32, 48, manySlots, 1024],
+    ])('linear of an extended projection, %i rows, %i shrink rows a slot, rows\' slots %j, in %i', (n, perSlot, rowSlots, inF) => {
+      const rng = new Rng(300 + n);
+      const from = 512, outF = from + 4 * perSlot;
+      const w = weightPair('bf16', [outF, inF], rng.floats(outF * inF, -0.05, 0.05));
+      const x = act2(act, [n, inF], rng.floats(n * inF));
+      const want = addon.empty('f32', [n, outF]);
+      addon.linear(want, x.cpu, w.cpu, null);
+      const sentinel = 7;
+      const got = onCuda(act, [n, outF], new Float32Array(n * outF).fill(sentinel));
+      addon.linear(got, x.cuda, w.cuda, null, false, 0, onCuda('i32', [n], rowSlots), from, perSlot);
+      const used = new Set(rowSlots.filter((s) => s > 0));
+      const slotOf = (c: number) => Math.floor((c - from) / perSlot);
+      const needed = (c: number) => c < from || used.has(slotOf(c));
+      const pick = (v: Float32Array, keep: (c: number) => boolean) => v.filter((_, i) => keep(i % outF));
+      expectClose(pick(floats(got), needed), pick(floats(want), needed), tol(act, true));
+      if (act === 'bf16' && perSlot % 16 === 0)
+        expect(pick(floats(got), (c) => !needed(c)).every((v) => v === sentinel)).toBe(true);
+    });
+
     it('linear at decode sizes with cuBLASLt\'s algorithm chosen by timing (gemmTuning), as a graph warm-up does', () => {
       const rng = new Rng(77);
       for (const [n, inF, outF] of [[5, 4096, 4104], [33, 1024, 520], [64, 1024, 4104]]) {  // cuBLASLt's sizes

@@ -1,7 +1,7 @@
 // linear: out = x · wᵀ (+ bias), weights in any float dtype.
 import { describe, expect, it } from 'vitest';
 
-import { addon, expectClose, expectOpError, f32, FLOAT_DTYPES, floats, ODD_SIZES, weights } from './helpers.js';
+import { addon, expectClose, expectOpError, expectSame, f32, FLOAT_DTYPES, floats, i32, ODD_SIZES, weights } from './helpers.js';
 import { Rng } from './random.js';
 import * as ref from './reference.js';
 
@@ -61,4 +61,19 @@ it('gemmTuning takes one boolean (on the CPU the choice it turns on has nothing 
   expect(Array.from(floats(out))).toEqual([-2, -2]);
   expect(() => (addon.gemmTuning as (v: unknown) => void)('yes')).toThrow(/gemmTuning\(on\): one boolean/);
   expect(() => (addon.gemmTuning as () => void)()).toThrow(/one boolean/);
+});
+
+// An extended projection names its shrink rows (slotOfRow, from, perSlot): CUDA may skip the
+// rows of slots no row holds; the CPU computes them all. Checked: the arguments.
+it('linear takes an extended projection\'s slot layout and checks it', () => {
+  const rng = new Rng(5);
+  const x = f32([2, 4], rng.floats(8)), w = f32([10, 4], rng.floats(40));
+  const plain = addon.empty('f32', [2, 10]), named = addon.empty('f32', [2, 10]);
+  addon.linear(plain, x, w, null);
+  addon.linear(named, x, w, null, false, 0, i32([2], [1, 0]), 4, 2);  // rows 4-5 slot 0, 6-7 slot 1, 8-9 slot 2
+  expectSame(floats(named), floats(plain));
+  expectOpError(() => addon.linear(named, x, w, null, false, 0, i32([2], [1, 3]), 4, 2), /^linear: slotOfRow\[1\] = 3 is not one of the 3 slots/);
+  expectOpError(() => addon.linear(named, x, w, null, false, 0, i32([2], [1, 0]), 11, 2), /^linear: from 11 is past w's 10 rows/);
+  expectOpError(() => addon.linear(named, x, w, null, false, 0, i32([2], [1, 0]), 4, 0), /^linear: perSlot must be an integer >= 1/);
+  expectOpError(() => addon.linear(named, x, w, null, false, 0, i32([3], [1, 0, 0]), 4, 2), /^linear: slotOfRow must be \[2\]/);
 });
