@@ -33,6 +33,11 @@ export interface CellReport {
   e2eMs: Summary;
   /** outputTokS ÷ the lora-off cell's at the same load point; null without a baseline. */
   retention: number | null;
+  /**
+   * Each round's tok/s ÷ the baseline's in the same round (the two sides measured back to back),
+   * so that a reader sees how far one round's retention moves; empty without a baseline.
+   */
+  roundRetention: number[];
 }
 
 const MAX_ERRORS = 5;
@@ -61,7 +66,14 @@ export function cellReport(engine: EngineSide, mix: MixName, load: LoadShape, ru
     tpotMs: summarize(ok.filter((r) => r.outputTokens > 1).map((r) => (r.endMs - r.startMs - r.ttftMs!) / (r.outputTokens - 1))),
     e2eMs: summarize(ok.map((r) => r.endMs - r.startMs)),
     retention: null,
+    roundRetention: [],
   };
+}
+
+/** The low and high of a cell's rounds' retention, where it has rounds that differ. */
+export function retentionRange(c: CellReport): [number, number] | undefined {
+  const low = Math.min(...c.roundRetention), high = Math.max(...c.roundRetention);
+  return c.roundRetention.length > 1 && high > low ? [low, high] : undefined;
 }
 
 /** Same load point: retention compares a cell with the baseline cell that had the same shape. */
@@ -72,6 +84,9 @@ export function sameLoad(a: LoadShape, b: LoadShape): boolean {
 export function withRetention(cells: readonly CellReport[], baseline: readonly CellReport[]): CellReport[] {
   return cells.map((c) => {
     const base = baseline.find((b) => sameLoad(b.load, c.load));
-    return { ...c, retention: base !== undefined && base.outputTokS > 0 ? c.outputTokS / base.outputTokS : null };
+    if (base === undefined || !(base.outputTokS > 0)) return { ...c, retention: null, roundRetention: [] };
+    const rounds = Math.min(c.roundTokS.length, base.roundTokS.length);
+    const roundRetention = c.roundTokS.slice(0, rounds).flatMap((v, i) => (base.roundTokS[i] > 0 ? [v / base.roundTokS[i]] : []));
+    return { ...c, retention: c.outputTokS / base.outputTokS, roundRetention };
   });
 }

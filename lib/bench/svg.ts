@@ -1,8 +1,9 @@
 // A self-contained SVG chart a person can open in a browser: retention and TTFT p50 against
-// the load point, one line per adapter mix (LoRA off dashed). Hand-written: no dependencies.
-import type { CellReport } from './cell.js';
+// the load point, one line per adapter mix (LoRA off dashed); over several rounds a bar through
+// each retention point spans its rounds' own. Hand-written: no dependencies.
+import { retentionRange, type CellReport } from './cell.js';
 import { describeLoad, type LoadShape } from './load.js';
-import { formatMs, formatPercent } from './table.js';
+import { formatMs, formatRetention } from './table.js';
 
 const WIDTH = 980;
 const HEIGHT = 440;
@@ -13,7 +14,7 @@ interface Series {
   name: string;
   color: string;
   dashed: boolean;
-  points: { x: number; y: number | null; label: string }[];
+  points: { x: number; y: number | null; label: string; range?: [number, number] }[];
 }
 
 export function escapeXml(s: string): string {
@@ -28,7 +29,11 @@ function loadPoints(cells: readonly CellReport[]): LoadShape[] {
   return [...seen.values()].sort((a, b) => key(a) - key(b));
 }
 
-function seriesOf(cells: readonly CellReport[], xs: LoadShape[], value: (c: CellReport) => number | null, format: (v: number) => string): Series[] {
+/** range: the low and high of a point's rounds, where it has them. */
+function seriesOf(
+  cells: readonly CellReport[], xs: LoadShape[], value: (c: CellReport) => number | null, label: (c: CellReport) => string,
+  range: (c: CellReport) => [number, number] | undefined = () => undefined,
+): Series[] {
   const groups = new Map<string, CellReport[]>();
   for (const c of cells) {
     const name = c.engine === 'lora-off' ? 'lora-off' : c.mix;
@@ -41,7 +46,7 @@ function seriesOf(cells: readonly CellReport[], xs: LoadShape[], value: (c: Cell
     points: xs.map((x, i) => {
       const cell = group.find((c) => describeLoad(c.load) === describeLoad(x));
       const y = cell === undefined ? null : value(cell);
-      return { x: i, y, label: `${name} ${describeLoad(x)}: ${y === null ? '-' : format(y)}` };
+      return { x: i, y, label: `${name} ${describeLoad(x)}: ${cell === undefined ? '-' : label(cell)}`, range: cell && range(cell) };
     }),
   }));
 }
@@ -59,7 +64,7 @@ function panel(
   index: number, title: string, xs: LoadShape[], series: Series[], yFormat: (v: number, step: number) => string, floor?: number,
 ): string {
   const left = PANEL.left[index], top = PANEL.top, w = PANEL.width, h = PANEL.height;
-  const values = series.flatMap((s) => s.points.map((p) => p.y)).filter((v): v is number => v !== null);
+  const values = series.flatMap((s) => s.points.flatMap((p) => [p.y, p.range?.[1] ?? null])).filter((v): v is number => v !== null);
   const { top: yTop, step } = niceScale(Math.max(floor ?? 0, ...values) * 1.05);
   // Categorical x: load points evenly spaced, half a step in from each edge.
   const px = (i: number): number => left + ((i + 0.5) / xs.length) * w;
@@ -83,6 +88,10 @@ function panel(
       const path = run.map((p) => `${px(p.x).toFixed(1)},${py(p.y!).toFixed(1)}`).join(' ');
       if (run.length > 1) out.push(`<polyline fill="none" stroke="${s.color}" stroke-width="2"${s.dashed ? ' stroke-dasharray="6 4"' : ''} points="${path}"/>`);
     }
+    for (const p of pts.filter((q) => q.range !== undefined)) {
+      const [low, high] = p.range!;
+      out.push(`<line class="range" x1="${px(p.x).toFixed(1)}" x2="${px(p.x).toFixed(1)}" y1="${py(low).toFixed(1)}" y2="${py(high).toFixed(1)}" stroke="${s.color}" stroke-width="1.5"/>`);
+    }
     for (const p of pts) out.push(`<circle cx="${px(p.x).toFixed(1)}" cy="${py(p.y!).toFixed(1)}" r="3.5" fill="${s.color}"><title>${escapeXml(p.label)}</title></circle>`);
     out.push('</g>');
   }
@@ -104,8 +113,8 @@ function legend(series: Series[]): string {
 /** `cells`: LoRA-on cells of every mix plus the LoRA-off baseline cells. */
 export function chartSvg(cells: readonly CellReport[], title: string): string {
   const xs = loadPoints(cells);
-  const retention = seriesOf(cells, xs, (c) => c.retention, formatPercent);
-  const ttft = seriesOf(cells, xs, (c) => c.ttftMs.p50, (v) => `${formatMs(v)} ms`);
+  const retention = seriesOf(cells, xs, (c) => c.retention, formatRetention, retentionRange);
+  const ttft = seriesOf(cells, xs, (c) => c.ttftMs.p50, (c) => (c.ttftMs.p50 === null ? '-' : `${formatMs(c.ttftMs.p50)} ms`));
   return [
     '<?xml version="1.0" encoding="UTF-8"?>',
     `<svg xmlns="http://www.w3.org/2000/svg" width="${WIDTH}" height="${HEIGHT}" viewBox="0 0 ${WIDTH} ${HEIGHT}" font-family="sans-serif">`,

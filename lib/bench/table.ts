@@ -1,5 +1,5 @@
 // The results table for a terminal: one row per cell, columns aligned, milliseconds for latency.
-import type { CellReport } from './cell.js';
+import { retentionRange, type CellReport } from './cell.js';
 import { describeLoad } from './load.js';
 import type { EngineCounters } from './options.js';
 import type { PrefillReport } from './prefill.js';
@@ -15,6 +15,13 @@ export function formatPercent(v: number | null): string {
   return v === null ? '-' : `${(v * 100).toFixed(1)}%`;
 }
 
+/** Retention, and over rounds that differ the range of the rounds' own: `92.9% (90.1-95.3%)`. */
+export function formatRetention(c: CellReport): string {
+  const range = retentionRange(c);
+  const pct = (v: number): string => (v * 100).toFixed(1);
+  return range ? `${formatPercent(c.retention)} (${pct(range[0])}-${pct(range[1])}%)` : formatPercent(c.retention);
+}
+
 const COLUMNS: { head: string; cell: (c: CellReport) => string; left?: boolean }[] = [
   { head: 'engine', cell: (c) => c.engine, left: true },
   { head: 'mix', cell: (c) => c.mix, left: true },
@@ -22,7 +29,7 @@ const COLUMNS: { head: string; cell: (c: CellReport) => string; left?: boolean }
   { head: 'req', cell: (c) => String(c.requests) },
   { head: 'fail', cell: (c) => String(c.failed) },
   { head: 'tok/s', cell: (c) => c.outputTokS.toFixed(c.outputTokS >= 100 ? 0 : 1) },
-  { head: 'retention', cell: (c) => formatPercent(c.retention) },
+  { head: 'retention', cell: formatRetention },
   { head: 'TTFT p50', cell: (c) => formatMs(c.ttftMs.p50) },
   { head: 'TTFT p99', cell: (c) => formatMs(c.ttftMs.p99) },
   { head: 'ITL p50', cell: (c) => formatMs(c.itlMs.p50) },

@@ -39,7 +39,8 @@ load:
       --mix LIST             adapter mixes (default ${MIXES.join(',')}):
 ${MIXES.map((m) => `                               ${m.padEnd(6)} ${MIX_HELP[m]}`).join('\n')}
       --adapters LIST        adapter names (default: the YAML's, or /v1/models' entries with a parent)
-      --rounds N             measure each side N times, the sides taking turns to go first (default 1)
+      --rounds N             measure each side N times, the sides taking turns to go first (default 1);
+                             retention then also shows the range of the rounds' own
       --seed S               prompts, lengths and arrivals (default 0)
 
 output:

@@ -148,6 +148,8 @@ describe('mstar bench --serve with rounds', () => {
     ]);
     expect(report.cells[0].roundTokS).toHaveLength(3);
     expect(report.cells.every((c) => c.retention !== null && c.retention > 0)).toBe(true);
+    expect(report.cells.map((c) => c.roundRetention.length)).toEqual([3, 3, 3]);  // a ratio for each round
+    expect(report.cells[2].roundRetention).toEqual([1, 1, 1]);
     // Counters add up over a side's three servers: at least a prefill and 2 decode steps a request.
     const [on, off] = report.engines!;
     expect(on.engine).toBe('lora-on');
@@ -190,7 +192,7 @@ describe('mstar bench --url', () => {
       await expect(runBenchmark({
         target: { kind: 'url', url: server.url, model: 'tiny', vocab: 997 }, adapters: ['nope'],
         concurrency: [1], rates: [], promptLen: { min: 4, max: 4 }, outputLen: { min: 2, max: 2 }, requests: 2,
-        mixes: ['one'], rounds: 1, seed: 0, roofline: false, hbmGbps: 4800,
+        mixes: ['one'], rounds: 1, seed: 0, roofline: false, hbmGbps: 4800, peakTflops: 989,
       }, { status: () => {}, log: () => {} })).rejects.toThrow(/warm-up request .* \(model nope\) failed: HTTP 4\d\d/);
     } finally {
       await server.close();

@@ -1,4 +1,5 @@
-// The pure pieces of mstar bench: percentiles, Poisson arrivals, SSE parsing, mixes, lengths.
+// The pure pieces of mstar bench: percentiles, Poisson arrivals, SSE parsing, mixes, lengths,
+// cells and how the table and the chart show their rounds.
 import { describe, expect, it } from 'vitest';
 
 import { poissonArrivals } from '../../lib/bench/arrivals.js';
@@ -11,6 +12,8 @@ import type { BenchOptions } from '../../lib/bench/options.js';
 import { percentile, summarize } from '../../lib/bench/percentiles.js';
 import type { RequestResult } from '../../lib/bench/request.js';
 import { sseData } from '../../lib/bench/sse.js';
+import { chartSvg } from '../../lib/bench/svg.js';
+import { formatRetention, formatTable } from '../../lib/bench/table.js';
 
 describe('requests of a cell', () => {
   const opts = { seed: 3, promptLen: { min: 4, max: 64 }, outputLen: { min: 2, max: 32 } } as BenchOptions;
@@ -160,6 +163,33 @@ describe('cell reports', () => {
     expect(off.outputTokS).toBe(3);
     const other = cellReport('lora-on', 'one', { kind: 'closed', concurrency: 4 }, []);
     expect(withRetention([on, other], [off]).map((c) => c.retention)).toEqual([1, null]);
+    expect(withRetention([on, other], [off]).map((c) => c.roundRetention)).toEqual([[3 / 4], []]);
+  });
+
+  // Three rounds on each side, paired round by round (the sides measured back to back).
+  const load = { kind: 'closed' as const, concurrency: 2 };
+  const runsAt = (wallS: number[]) => wallS.map((w) => ({ wallS: w, results: [result(0, 10, [5, 5, 5])] }));  // 4 tokens a round
+  const baseline = [cellReport('lora-off', 'base', load, runsAt([1, 1, 2]))];  // 4, 4, 2 tok/s
+  const [one] = withRetention([cellReport('lora-on', 'one', load, runsAt([2, 1, 2]))], baseline);  // 2, 4, 2 tok/s
+
+  it('keep each round\'s retention against the baseline\'s same round', () => {
+    expect(one.retention).toBeCloseTo(((2 + 4 + 2) / 3) / ((4 + 4 + 2) / 3), 12);
+    expect(one.roundRetention).toEqual([0.5, 1, 1]);
+    // A baseline round with no tokens has no ratio; the other rounds keep theirs.
+    const broken = [cellReport('lora-off', 'base', load, [...runsAt([1]), { wallS: 1, results: [] }, ...runsAt([2])])];
+    expect(withRetention([one], broken)[0].roundRetention).toEqual([0.5, 1]);
+  });
+
+  it('show the rounds\' range of retention in the table, a bar through the chart\'s point', () => {
+    expect(formatRetention(one)).toBe('80.0% (50.0-100.0%)');
+    const single = withRetention([cellReport('lora-on', 'one', load, runsAt([2]))], [cellReport('lora-off', 'base', load, runsAt([1]))])[0];
+    expect(formatRetention(single)).toBe('50.0%');
+    expect(formatTable([one, single])).toMatch(/lora-on\s+one\s+c=2\s+3\s+0\s+2\.7\s+80\.0% \(50\.0-100\.0%\)\s/);
+    const chart = chartSvg([one, ...withRetention(baseline, baseline)], 'rounds');
+    const bars = [...chart.matchAll(/<line class="range"[^>]* y1="([\d.]+)" y2="([\d.]+)" stroke="(#\w+)"/g)];
+    expect(bars.map((b) => b[3])).toEqual(['#ff7f0e']);  // the one mix's point; LoRA off's rounds are all 100%
+    expect(Number(bars[0][1])).toBeGreaterThan(Number(bars[0][2]));  // from 50% up to 100%
+    expect(chart).toContain('<title>one c=2: 80.0% (50.0-100.0%)</title>');
   });
 });
 
