@@ -255,8 +255,10 @@ bool gemvMma(DType act, void* out, const void* x, Weights w, const Weights* bias
   auto* xp = static_cast<const bf16*>(x);
   auto* wp = static_cast<const bf16*>(w.data);
   SlotGrid sg;
-  // Whole blocks a slot, n <= 32 (a lane a row; gemvMmaFit's rows are fewer).
-  if (u.slotOfRow && u.from % 16 == 0 && u.perSlot % 16 == 0 && (outF - u.from) % u.perSlot == 0 && n <= 32) {
+  // Whole blocks a slot, n <= 32 (a lane a row; gemvMmaFit's rows are fewer), and W's rows
+  // before them (so that the grid is never empty).
+  if (u.slotOfRow && u.from > 0 && u.from % 16 == 0 && u.perSlot % 16 == 0 && (outF - u.from) % u.perSlot == 0 &&
+      n <= 32) {
     const int64_t slots = (outF - u.from) / u.perSlot - 1;  // besides slot 0
     sg = {u.slotOfRow, u.from, u.perSlot, unsigned(std::min(n, slots) * (u.perSlot / 16))};
   }
