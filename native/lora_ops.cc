@@ -139,7 +139,7 @@ Napi::Value CopyRegion(const Napi::CallbackInfo& info) {
   a.expectFloat(src, "src");
   a.expectRank(dst, 2, "dst");
   a.expectRank(src, 2, "src");
-  const int64_t srcCols = info.Length() > 6 && !info[6].IsUndefined() ? a.integer(6, "srcCols", 1) : src.dim(1);
+  const int64_t srcCols = a.given(6) ? a.integer(6, "srcCols", 1) : src.dim(1);
   a.expect(srcCols <= src.dim(1),
            [&] { return "srcCols " + std::to_string(srcCols) + " is past src " + src.describe(); });
   int64_t rows = transpose ? srcCols : src.dim(0), cols = transpose ? src.dim(0) : srcCols;

@@ -167,7 +167,7 @@ Napi::Value Linear(const Napi::CallbackInfo& info) {
   Tensor &out = a.tensor(0, "out"), &x = a.tensor(1, "x"), &w = a.tensor(2, "w");
   Tensor* bias = a.optionalTensor(3, "bias");
   const bool accumulate = a.flag(4);
-  const int64_t wCol = info.Length() > 5 && !info[5].IsUndefined() ? a.integer(5, "wCol") : -1;
+  const int64_t wCol = a.given(5) ? a.integer(5, "wCol") : -1;
   // then optionally slotOfRow, from, perSlot: an extended projection's shrink rows (gpu::UnusedSlots)
   Tensor* slots = a.given(6) ? &a.tensor(6, "slotOfRow") : nullptr;
   bool cuda = a.oneDevice();
