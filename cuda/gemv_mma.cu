@@ -73,35 +73,30 @@ constexpr size_t ringBytes(int ng, bool xr) {
 // The warps' partial sums at the end (static shared memory).
 __host__ __device__ constexpr size_t partialBytes(int ng) { return size_t(kWarps) * ng * 4 * 32 * sizeof(float); }
 
-// An extended projection's grid (see UnusedSlots): first `slotBlocks` blocks for the slots its
-// rows use, perSlot / 16 for each of at most min(n, slots) slots, then W's rows. A grid over
+// An extended projection's grid (see UnusedSlots): first the blocks of the slots its rows use,
+// perSlot / 16 for each of at most min(n, slots) slots, then W's rows (from / 16). A grid over
 // every slot's A had cost one adapter's decode step in proportion to the pool, and a grid of
 // every slot whose unused slots' blocks exit had cost 2% at 1-4 slots (their reads of
 // slotOfRow delayed the used slot's block). bench/decode_step.mjs, one adapter, GPU ms a step,
 // every slot's blocks -> these: Qwen3-0.6B one row 0.799 / 0.798 / 0.809 / 0.852 -> 0.797 /
 // 0.797 / 0.796 / 0.800 with 1 / 3 / 4 / 8 slots, 8 rows 0.952 -> 0.893 (8 slots); Qwen3-8B
 // 4 rows 1.975 -> 1.908 (4 slots).
-struct SlotGrid {
-  const int32_t* slotOfRow = nullptr;  // null: no slots left out, block b takes outputs 16 b
-  int64_t from = 0, perSlot = 0;
-  unsigned slotBlocks = 0;
-};
-
-// The block's first output, or -1 where its slot is past the slots the rows use. The slots'
-// blocks come first so that their reads of slotOfRow go out before W's blocks fill the memory
-// system. n <= 32: a lane a row.
-__device__ __forceinline__ int64_t firstOutput(const SlotGrid& sg, int n, int lane) {
-  if (!sg.slotOfRow) return int64_t(blockIdx.x) * 16;
-  if (blockIdx.x >= sg.slotBlocks) return int64_t(blockIdx.x - sg.slotBlocks) * 16;
-  const int perSlotBlocks = int(sg.perSlot / 16), k = int(blockIdx.x) / perSlotBlocks;
-  const int s = lane < n ? sg.slotOfRow[lane] : 0;
+//
+// The block's first output (u.slotOfRow null: block b takes outputs 16 b), or -1 where its slot
+// is past the slots the rows use. The slots' blocks come first so that their reads of slotOfRow
+// go out before W's blocks fill the memory system. n <= 32: a lane a row.
+__device__ __forceinline__ int64_t firstOutput(const UnusedSlots& u, int n, int lane) {
+  const unsigned slotBlocks = u.slotOfRow ? gridDim.x - unsigned(u.from / 16) : 0;
+  if (blockIdx.x >= slotBlocks) return int64_t(blockIdx.x - slotBlocks) * 16;
+  const int perSlotBlocks = int(u.perSlot / 16), k = int(blockIdx.x) / perSlotBlocks;
+  const int s = lane < n ? u.slotOfRow[lane] : 0;
   // Lanes holding the first row of each slot other than 0 (the zero adapter, never read).
   const unsigned same = __match_any_sync(~0u, s);
   unsigned firsts = __ballot_sync(~0u, s > 0 && (same & ((1u << lane) - 1)) == 0);
   if (__popc(firsts) <= k) return -1;
   for (int i = 0; i < k; ++i) firsts &= firsts - 1;  // the k-th such lane is now the lowest bit
   const int slot = __shfl_sync(~0u, s, __ffs(firsts) - 1);
-  return sg.from + slot * sg.perSlot + (blockIdx.x % perSlotBlocks) * 16;
+  return u.from + slot * u.perSlot + (blockIdx.x % perSlotBlocks) * 16;
 }
 
 // NG: groups of 8 rows of x (n <= 8 NG). XR: x through the ring too; otherwise each step
@@ -109,14 +104,14 @@ __device__ __forceinline__ int64_t firstOutput(const SlotGrid& sg, int n, int la
 template <int NG, bool XR>
 __global__ __launch_bounds__(kWarps * 32) void gemvMmaKernel(bf16* out, const bf16* x, const bf16* w, int64_t ldw,
                                                              const void* bias, DType biasType, int n, int64_t in,
-                                                             int64_t outF, bool accumulate, SlotGrid sg) {
+                                                             int64_t outF, bool accumulate, UnusedSlots u) {
   constexpr int kStages = stagesFor(NG, XR), kSlots = slotsFor(NG, XR);
   extern __shared__ uint4 ring[];  // [kStages][kWarps][kSlots][32]
   __shared__ float partial[kWarps][NG * 4][32];
   static_assert(sizeof(partial) == partialBytes(NG), "the launch's carveout counts partialBytes");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
   // The warp's k: `steps` runs of 32 elements, `stride` apart, from 32 · warp.
-  const int64_t o0 = firstOutput(sg, n, lane), stride = 32 * kWarps;
+  const int64_t o0 = firstOutput(u, n, lane), stride = 32 * kWarps;
   if (o0 < 0) return;
   const int64_t steps = in / stride;
   // Rows past outF read the last row (valid memory); their outputs are not stored.
@@ -204,9 +199,10 @@ __global__ __launch_bounds__(kWarps * 32) void gemvMmaKernel(bf16* out, const bf
   }
 }
 
+// grid: the blocks of 16 rows (with u's slot layout, those of W and of the slots the rows use).
 template <int NG, bool XR>
 void launchGemvMma(bf16* out, const bf16* x, const bf16* w, int64_t ldw, const Weights* bias, int n, int64_t in,
-                   int64_t outF, bool accumulate, const SlotGrid& sg) {
+                   int64_t outF, bool accumulate, const UnusedSlots& u, unsigned grid) {
   constexpr size_t kRing = ringBytes(NG, XR);
   static const bool sized = [] {  // the ring is over the 48 KB a launch gets without asking
     check(cudaFuncSetAttribute(gemvMmaKernel<NG, XR>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kRing)),
@@ -214,7 +210,6 @@ void launchGemvMma(bf16* out, const bf16* x, const bf16* w, int64_t ldw, const W
     return true;
   }();
   (void)sized;
-  const unsigned grid = sg.slotOfRow ? sg.slotBlocks + unsigned(sg.from / 16) : blocksFor(outF, 16);
   // Shared memory for the blocks this grid puts on an SM, the rest L1 (carveoutFor): at the
   // driver's choice (the most shared memory) the SM kept that carveout through the kernels
   // after, decode attention among them. bench/decode_step.mjs, Qwen3-0.6B, GPU ms a step,
@@ -224,15 +219,16 @@ void launchGemvMma(bf16* out, const bf16* x, const bf16* w, int64_t ldw, const W
   const int64_t perSm = (grid + smCount() - 1) / smCount();
   launchCarved("linear tensor-core GEMV kernel", carveoutFor(perSm, kRing + partialBytes(NG)), gemvMmaKernel<NG, XR>,
       grid, kWarps * 32, kRing, out, x, w, ldw, bias ? bias->data : nullptr, bias ? bias->dtype : DType::F32, n,
-      in, outF, accumulate, sg);
+      in, outF, accumulate, u);
 }
 
 template <bool XR>
 void dispatchRows(bf16* out, const bf16* x, const bf16* w, int64_t ldw, const Weights* bias, int n, int64_t in,
-                  int64_t outF, bool accumulate, const SlotGrid& sg) {
-  if (n <= 8) launchGemvMma<1, XR>(out, x, w, ldw, bias, n, in, outF, accumulate, sg);
-  else if (n <= 16) launchGemvMma<2, XR>(out, x, w, ldw, bias, n, in, outF, accumulate, sg);
-  else if constexpr (XR) launchGemvMma<4, XR>(out, x, w, ldw, bias, n, in, outF, accumulate, sg);
+                  int64_t outF, bool accumulate, const UnusedSlots& u, int64_t gridRows) {
+  const unsigned grid = blocksFor(gridRows, 16);
+  if (n <= 8) launchGemvMma<1, XR>(out, x, w, ldw, bias, n, in, outF, accumulate, u, grid);
+  else if (n <= 16) launchGemvMma<2, XR>(out, x, w, ldw, bias, n, in, outF, accumulate, u, grid);
+  else if constexpr (XR) launchGemvMma<4, XR>(out, x, w, ldw, bias, n, in, outF, accumulate, u, grid);
 }
 
 }  // namespace
@@ -254,16 +250,17 @@ bool gemvMma(DType act, void* out, const void* x, Weights w, const Weights* bias
   auto* o = static_cast<bf16*>(out);
   auto* xp = static_cast<const bf16*>(x);
   auto* wp = static_cast<const bf16*>(w.data);
-  SlotGrid sg;
   // Whole blocks a slot, n <= 32 (a lane a row; gemvMmaFit's rows are fewer), and W's rows
-  // before them (so that the grid is never empty).
+  // before them (so that the grid is never empty); else every slot's rows, as W's.
+  UnusedSlots slots;
+  int64_t gridRows = outF;
   if (u.slotOfRow && u.from > 0 && u.from % 16 == 0 && u.perSlot % 16 == 0 && (outF - u.from) % u.perSlot == 0 &&
       n <= 32) {
-    const int64_t slots = (outF - u.from) / u.perSlot - 1;  // besides slot 0
-    sg = {u.slotOfRow, u.from, u.perSlot, unsigned(std::min(n, slots) * (u.perSlot / 16))};
+    slots = u;
+    gridRows = u.from + std::min(n, (outF - u.from) / u.perSlot - 1) * u.perSlot;  // slot 0 aside
   }
-  if (outF <= in) dispatchRows<true>(o, xp, wp, ldw, bias, int(n), in, outF, accumulate, sg);
-  else dispatchRows<false>(o, xp, wp, ldw, bias, int(n), in, outF, accumulate, sg);
+  if (outF <= in) dispatchRows<true>(o, xp, wp, ldw, bias, int(n), in, outF, accumulate, slots, gridRows);
+  else dispatchRows<false>(o, xp, wp, ldw, bias, int(n), in, outF, accumulate, slots, gridRows);
   return true;
 }
 
