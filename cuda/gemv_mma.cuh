@@ -14,8 +14,8 @@ GemvMmaFit gemvMmaFit(int64_t n, int64_t in, int64_t outF);
 // rounds), bf16 activations and weights, on tensor cores; false (nothing launched) where it
 // does not apply: other dtypes, rows outside its range, in not a multiple of 256,
 // misaligned rows.
-// unused: the grid takes only the slots the rows use, where each slot's rows are whole blocks of
-// 16 (the rows of the others are not written).
+// unused: the grid takes only the slots the rows use (the rows of the others are not written),
+// where each slot's rows are whole blocks of 16, W has rows before them (from > 0) and n <= 32.
 bool gemvMma(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
              bool accumulate, const UnusedSlots& unused = {});
 
