@@ -7,10 +7,10 @@
 namespace mstar::gpu {
 namespace {
 
-// gateUp rows are [gate | up], ldg apart; the CPU's formula g / (1 + e^-g) * u, with expf.
+// gateUp rows are [gate | up], ldg apart.
 template <typename T>
 __device__ __forceinline__ T silu(float g, float u) {
-  return fromF<T>(g / (1.0f + expf(-g)) * u);
+  return fromF<T>(siluTimes(g, u));
 }
 
 template <typename T>

@@ -150,6 +150,9 @@ template <> __device__ __forceinline__ float fromF<float>(float v) { return v; }
 template <> __device__ __forceinline__ bf16 fromF<bf16>(float v) { return __float2bfloat16_rn(v); }
 template <> __device__ __forceinline__ f16 fromF<f16>(float v) { return __float2half_rn(v); }
 
+// SiLU(g) · u as siluMul takes gate and up (the CPU's formula g / (1 + e^-g) · u, with expf).
+__device__ __forceinline__ float siluTimes(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
 // 2^x, one instruction (exp2f adds three to keep results below 2^-126, which a softmax
 // weight below that does not need); 2^-inf = 0.
 __device__ __forceinline__ float exp2Approx(float x) {

@@ -101,7 +101,10 @@ __device__ __forceinline__ int64_t firstOutput(const UnusedSlots& u, int n, int 
 
 // NG: groups of 8 rows of x (n <= 8 NG). XR: x through the ring too; otherwise each step
 // loads x through L1 (every block reads the same x), which is faster where out > in.
-template <int NG, bool XR>
+// GATED: a block's 16 weight rows are 8 of gate and the same 8 of up, so that a lane's D holds
+// a gate output and its up output (rows g and g + 8 of the 16), and the block stores SiLU(gate)
+// · up, 8 outputs: a decode layer's SiLU·mul then costs no launch and no round trip of its own.
+template <int NG, bool XR, bool GATED>
 __global__ __launch_bounds__(kWarps * 32) void gemvMmaKernel(bf16* out, const bf16* x, const bf16* w, int64_t ldw,
                                                              const void* bias, DType biasType, int n, int64_t in,
                                                              int64_t outF, bool accumulate, UnusedSlots u) {
@@ -111,11 +114,15 @@ __global__ __launch_bounds__(kWarps * 32) void gemvMmaKernel(bf16* out, const bf
   static_assert(sizeof(partial) == partialBytes(NG), "the launch's carveout counts partialBytes");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
   // The warp's k: `steps` runs of 32 elements, `stride` apart, from 32 · warp.
-  const int64_t o0 = firstOutput(u, n, lane), stride = 32 * kWarps;
+  const int64_t o0 = GATED ? int64_t(blockIdx.x) * 8 : firstOutput(u, n, lane), stride = 32 * kWarps;
   if (o0 < 0) return;
   const int64_t steps = in / stride;
-  // Rows past outF read the last row (valid memory); their outputs are not stored.
-  auto row = [&](int r) { return w + min(o0 + r, outF - 1) * ldw + 32 * warp; };
+  // Weight row r of the block's 16 (gated: gate's o0 + r, then up's o0 + r - 8). Rows past the
+  // outputs read the last (valid memory); their outputs are not stored.
+  auto row = [&](int r) {
+    const int64_t o = GATED ? (r / 8) * outF + min(o0 + r % 8, outF - 1) : min(o0 + r, outF - 1);
+    return w + o * ldw + 32 * warp;
+  };
   const bf16* w0 = row(g) + 8 * q;
   const bf16* w8 = row(g + 8) + 8 * q;
   const bf16* xr[NG];  // row 8 gi + g of x at the lane's k (null past n), once x is written
@@ -191,21 +198,31 @@ __global__ __launch_bounds__(kWarps * 32) void gemvMmaKernel(bf16* out, const bf
     const int v = threadIdx.x + i * kWarps * 32, r = rowOf(v);
     const int64_t o = outputOf(v);
     if (v >= NG * 4 * 32 || r >= n || o >= outF) continue;
+    if (GATED && v / 32 % 4 >= 2) continue;  // an up output: stored with its gate's
     float s = 0;
 #pragma unroll
     for (int p = 0; p < kWarps; ++p) s += partial[p][v / 32][v % 32];
+    if constexpr (GATED) {
+      float up = 0;  // D's element k + 2: row g + 8 of the 16, the same column
+#pragma unroll
+      for (int p = 0; p < kWarps; ++p) up += partial[p][v / 32 + 2][v % 32];
+      out[r * outF + o] = fromF<bf16>(siluTimes(toF(fromF<bf16>(s)), toF(fromF<bf16>(up))));
+      continue;
+    }
     const bf16 y = fromF<bf16>(s + (bias ? loadAny(bias, biasType, o) : 0.0f));
     out[r * outF + o] = accumulate ? fromF<bf16>(prior[i] + toF(y)) : y;
   }
 }
 
-// grid: the blocks of 16 rows (with u's slot layout, those of W and of the slots the rows use).
-template <int NG, bool XR>
+// grid: the blocks of 16 rows (with u's slot layout, those of W and of the slots the rows use;
+// gated, of 8 outputs).
+template <int NG, bool XR, bool GATED>
 void launchGemvMma(bf16* out, const bf16* x, const bf16* w, int64_t ldw, const Weights* bias, int n, int64_t in,
                    int64_t outF, bool accumulate, const UnusedSlots& u, unsigned grid) {
   constexpr size_t kRing = ringBytes(NG, XR);
+  constexpr auto kernel = gemvMmaKernel<NG, XR, GATED>;
   static const bool sized = [] {  // the ring is over the 48 KB a launch gets without asking
-    check(cudaFuncSetAttribute(gemvMmaKernel<NG, XR>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kRing)),
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kRing)),
           "cudaFuncSetAttribute (tensor-core GEMV)");
     return true;
   }();
@@ -217,18 +234,18 @@ void launchGemvMma(bf16* out, const bf16* x, const bf16* w, int64_t ldw, const W
   // 1.333, 16 sequences of 4096 keys 3.10 -> 2.62; one adapter 32 rows 1.505 -> 1.411, 16 of
   // 4096 keys 3.21 -> 2.73; 1 and 64 rows (no tensor-core GEMV) and Qwen3-8B equal.
   const int64_t perSm = (grid + smCount() - 1) / smCount();
-  launchCarved("linear tensor-core GEMV kernel", carveoutFor(perSm, kRing + partialBytes(NG)), gemvMmaKernel<NG, XR>,
-      grid, kWarps * 32, kRing, out, x, w, ldw, bias ? bias->data : nullptr, bias ? bias->dtype : DType::F32, n,
-      in, outF, accumulate, u);
+  launchCarved("linear tensor-core GEMV kernel", carveoutFor(perSm, kRing + partialBytes(NG)), kernel, grid,
+      kWarps * 32, kRing, out, x, w, ldw, bias ? bias->data : nullptr, bias ? bias->dtype : DType::F32, n, in, outF,
+      accumulate, u);
 }
 
-template <bool XR>
+template <bool XR, bool GATED = false>
 void dispatchRows(bf16* out, const bf16* x, const bf16* w, int64_t ldw, const Weights* bias, int n, int64_t in,
                   int64_t outF, bool accumulate, const UnusedSlots& u, int64_t gridRows) {
-  const unsigned grid = blocksFor(gridRows, 16);
-  if (n <= 8) launchGemvMma<1, XR>(out, x, w, ldw, bias, n, in, outF, accumulate, u, grid);
-  else if (n <= 16) launchGemvMma<2, XR>(out, x, w, ldw, bias, n, in, outF, accumulate, u, grid);
-  else if constexpr (XR) launchGemvMma<4, XR>(out, x, w, ldw, bias, n, in, outF, accumulate, u, grid);
+  const unsigned grid = GATED ? blocksFor(outF, 8) : blocksFor(gridRows, 16);
+  if (n <= 8) launchGemvMma<1, XR, GATED>(out, x, w, ldw, bias, n, in, outF, accumulate, u, grid);
+  else if (n <= 16) launchGemvMma<2, XR, GATED>(out, x, w, ldw, bias, n, in, outF, accumulate, u, grid);
+  else if constexpr (XR && !GATED) launchGemvMma<4, XR, GATED>(out, x, w, ldw, bias, n, in, outF, accumulate, u, grid);
 }
 
 }  // namespace
@@ -242,14 +259,19 @@ GemvMmaFit gemvMmaFit(int64_t n, int64_t in, int64_t outF) {
 }
 
 bool gemvMma(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
-             bool accumulate, const UnusedSlots& u) {
-  const int64_t ldw = w.ld ? w.ld : in;
-  if (act != DType::BF16 || w.dtype != DType::BF16 || gemvMmaFit(n, in, outF) == GemvMmaFit::None ||
+             bool accumulate, const UnusedSlots& u, bool gated) {
+  const int64_t ldw = w.ld ? w.ld : in, wRows = gated ? 2 * outF : outF;
+  if (act != DType::BF16 || w.dtype != DType::BF16 || gemvMmaFit(n, in, wRows) == GemvMmaFit::None ||
       !runsOf8(x, in, sizeof(bf16)) || !runsOf8(w.data, ldw, sizeof(bf16)))
     return false;
   auto* o = static_cast<bf16*>(out);
   auto* xp = static_cast<const bf16*>(x);
   auto* wp = static_cast<const bf16*>(w.data);
+  if (gated) {  // x through L1 (wRows > in); no bias, accumulate or slot layout
+    if (wRows <= in || bias || accumulate || u.slotOfRow) return false;
+    dispatchRows<false, true>(o, xp, wp, ldw, nullptr, int(n), in, outF, false, {}, 0);
+    return true;
+  }
   // Whole blocks a slot, n <= 32 (a lane a row; gemvMmaFit's rows are fewer), and W's rows
   // before them (so that the grid is never empty); else every slot's rows, as W's.
   UnusedSlots slots;

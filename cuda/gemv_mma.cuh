@@ -16,7 +16,9 @@ GemvMmaFit gemvMmaFit(int64_t n, int64_t in, int64_t outF);
 // misaligned rows.
 // unused: the grid takes only the slots the rows use (the rows of the others are not written),
 // where each slot's rows are whole blocks of 16, W has rows before them (from > 0) and n <= 32.
+// gated: w is [gate; up] (2 · outF rows) and out takes SiLU(gate) · up, rounded as siluMul
+// rounds them (linearSiluMul); only where 2 · outF > in, without bias, accumulate or unused.
 bool gemvMma(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
-             bool accumulate, const UnusedSlots& unused = {});
+             bool accumulate, const UnusedSlots& unused = {}, bool gated = false);
 
 }  // namespace mstar::gpu

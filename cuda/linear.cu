@@ -303,6 +303,21 @@ void linear(DType act, void* out, const void* x, Weights w, const Weights* bias,
   });
 }
 
+// At decode sizes the tensor-core GEMV stores SiLU(gate) · up itself (gemvMma's gated form): a
+// layer's SiLU·mul had been a launch and a round trip of its own, ~1.8 us a layer of
+// Qwen3-0.6B's one-row step for a few KB. bench/decode_step.mjs on an H200, LoRA off, GPU ms a
+// step, the two ops -> this (same process): Qwen3-0.6B 1 row 0.700 -> 0.683, 8 rows 0.772 ->
+// 0.738, 16 rows 0.891 -> 0.866 (32 rows, cuBLASLt's, equal); Qwen3-8B (12 layers) 2 rows 1.765
+// -> 1.728, 4 rows 1.888 -> 1.821; Llama-3.2-1B 2 rows 0.930 -> 0.884. Its one-row GEMV of a
+// large weight (linear.cu's own) and cuBLASLt still take the two ops.
+void linearSiluMul(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in,
+                   int64_t inter, void* gateUp) {
+  if (n == 0 || inter == 0) return;
+  if (!bias && gemvMma(act, out, x, w, nullptr, n, in, inter, false, {}, true)) return;
+  linear(act, gateUp, x, w, bias, n, in, 2 * inter);
+  siluMul(act, out, gateUp, n, inter);
+}
+
 void linearExpand(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in,
                   int64_t outF, LoraExpandArgs lora, bool accumulate) {
   if (n == 0 || outF == 0) return;

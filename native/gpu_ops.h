@@ -60,6 +60,10 @@ struct UnusedSlots {
 // accumulate: out += x · wᵀ (+ bias), one rounding (how the residual stream takes a projection).
 void linear(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
             bool accumulate = false, const WideRows& wide = {}, const UnusedSlots& unused = {});
+// out [n, inter] = SiLU(gate) · up of x · wᵀ (+ bias), w being [gate; up] (2 · inter rows, its
+// first in columns): one kernel at decode sizes, else linear into gateUp [n, 2 · inter], then siluMul.
+void linearSiluMul(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in,
+                   int64_t inter, void* gateUp);
 void rope(DType act, void* qkv, const int32_t* positions, const float* invFreq, int64_t n, HeadLayout l, int half);
 // gateUp's rows ldg apart (0: 2 * inter); d's delta joins gate and up first, each rounded.
 void siluMul(DType act, void* out, const void* gateUp, int64_t n, int64_t inter, int64_t ldg = 0,

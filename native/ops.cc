@@ -224,6 +224,31 @@ Napi::Value LinearWide(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// linearSiluMul(out, x, w, bias, gateUp): out = SiLU(gate) · up of x · wᵀ (+ bias), w being
+// [gate; up] (its rows may be wider than x, as a pool widens them: their first columns count);
+// gateUp [rows, 2 · inter] is scratch where the two run one by one (the CPU; CUDA past decode sizes).
+Napi::Value LinearSiluMul(const Napi::CallbackInfo& info) {
+  OpArgs a(info, "linearSiluMul");
+  Tensor &out = a.tensor(0, "out"), &x = a.tensor(1, "x"), &w = a.tensor(2, "w");
+  Tensor* bias = a.optionalTensor(3, "bias");
+  Tensor& gu = a.tensor(4, "gateUp");
+  const bool cuda = a.oneDevice();
+  cpu::Weights b{};
+  const DType act = expectLinear(a, gu, x, w, bias, &b, 0);  // gate and up as linear writes them
+  a.expectAct(out, "out");
+  a.expect(w.dim(0) % 2 == 0, [&] { return "w " + w.describe() + " must have an even number of rows (gate, then up)"; });
+  const int64_t n = x.dim(0), in = x.dim(1), inter = w.dim(0) / 2;
+  a.expectShape(out, {n, inter}, "out ([rows of x, half of w's rows])");
+  const cpu::Weights weights = linearWeights(a, w, 0);
+  if (cuda) {
+    a.run([&] { gpu::linearSiluMul(act, out.data(), x.data(), weights, bias ? &b : nullptr, n, in, inter, gu.data()); });
+    return info.Env().Undefined();
+  }
+  cpu::linear(gu.ptr<float>(), x.ptr<float>(), weights, bias ? &b : nullptr, n, in, 2 * inter);
+  cpu::siluMul(out.ptr<float>(), gu.ptr<float>(), n, inter);
+  return info.Env().Undefined();
+}
+
 Napi::Value Rope(const Napi::CallbackInfo& info) {
   OpArgs a(info, "rope");
   Tensor &qkv = a.tensor(0, "qkv"), &pos = a.tensor(1, "positions"), &inv = a.tensor(2, "invFreq");
@@ -476,6 +501,7 @@ void RegisterOps(Napi::Env env, Napi::Object exports) {
   exports["linear"] = Napi::Function::New<Linear>(env, "linear");
   exports["linearWide"] = Napi::Function::New<LinearWide>(env, "linearWide");
   exports["rope"] = Napi::Function::New<Rope>(env, "rope");
+  exports["linearSiluMul"] = Napi::Function::New<LinearSiluMul>(env, "linearSiluMul");
   exports["siluMul"] = Napi::Function::New<SiluMul>(env, "siluMul");
   exports["add"] = Napi::Function::New<Add>(env, "add");
   exports["gatherRows"] = Napi::Function::New<GatherRows>(env, "gatherRows");

@@ -241,6 +241,13 @@ export interface Binding {
   linearWide(
     out: Tensor, x: Tensor, w: Tensor, bias: Tensor | null, accumulate: boolean, slotOfRow: Tensor, inCols: number, slots: number,
   ): void;
+  /**
+   * out [rows, inter] = SiLU(gate) · up of x · wᵀ (+ bias), w being [gate; up] (its rows may be
+   * wider than x: their first columns count). gateUp [rows, 2 · inter] is scratch, its contents
+   * after unspecified: at decode sizes CUDA's GEMV stores the product itself, else (and the CPU)
+   * linear into gateUp, then siluMul.
+   */
+  linearSiluMul(out: Tensor, x: Tensor, w: Tensor, bias: Tensor | null, gateUp: Tensor): void;
   /** In place on q and k heads; rotates the first 2 * invFreq.length dims of each head. */
   rope(qkv: Tensor, positions: Tensor, invFreq: Tensor, numHeads: number, numKvHeads: number, headDim: number): void;
   /** out = SiLU(gate) · up; with a LoraDelta, gate and up each plus the row's delta (gateUp's rows wider: t after them). */

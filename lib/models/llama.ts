@@ -185,9 +185,11 @@ export class LlamaModel {
         const gu = projectExtended('gateUp', mlpInput, tg, 2 * c.intermediateSize);
         addon.siluMul(act, gu, ...delta(tg));
         release(gu);
-      } else {
+      } else if (adapted(`${p}.gate_up`)) {
         project(gateUp, mlpInput, `${p}.gate_up`);
         addon.siluMul(act, gateUp);
+      } else {
+        addon.linearSiluMul(act, mlpInput, this.w(`${p}.gate_up`), this.bias(`${p}.gate_up`), gateUp);
       }
       addToResidual(act, `${p}.down`);
     }

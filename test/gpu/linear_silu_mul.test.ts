@@ -1,0 +1,44 @@
+// linearSiluMul on CUDA against the CPU backend: at decode sizes the tensor-core GEMV stores
+// SiLU(gate) · up itself (8 outputs a block, gate's and up's rows side by side); past them, or
+// where it does not take the shape, linear then siluMul through the scratch. Eager and replayed
+// from a graph after the norm that writes x and lets the GEMV launch early, as decode steps run.
+import { describe, it } from 'vitest';
+
+import { addon, describeGpu, expectClose, floats, onCpu, onCuda, Rng, rounded, tol, weightPair, type Act } from './helpers.js';
+
+const EPS = 1e-6;
+
+describeGpu('linearSiluMul', () => {
+  // [in, inter, bias, W's extra columns]: Qwen3-0.6B's gate_up; a last block of fewer than 8
+  // outputs; a pool's widened W; a bias (the ops one by one); 2 · inter <= in (x through the
+  // GEMV's ring: the ops); a large weight (the GEMV from 2 rows)
+  describe.each([[1024, 3072, false, 0], [256, 300, false, 0], [1024, 2048, false, 24], [512, 700, true, 0], [512, 200, false, 0],
+    [4096, 4200, false, 0]])('in %i, inter %i, bias %s, W %i columns wider', (inF, inter, withBias, wider) => {
+    const rng = new Rng(inF + inter + wider);
+    const norm = weightPair('bf16', [inF], rng.floats(inF, 0.5, 1.5));
+    const w = weightPair('bf16', [2 * inter, inF + wider], rng.floats(2 * inter * (inF + wider), -0.05, 0.05));
+    const bias = withBias ? weightPair('bf16', [2 * inter], rng.floats(2 * inter)) : null;
+    const cases: [number, Act][] = [[1, 'bf16'], [2, 'bf16'], [8, 'bf16'], [9, 'bf16'], [16, 'bf16'], [17, 'bf16'], [3, 'f32']];
+    it.each(cases)('%i rows, %s activations', (n, act) => {
+      const res = rounded(act, rng.floats(n * inF, -2, 2));
+      const x = addon.empty('f32', [n, inF]);
+      addon.rmsNorm(x, onCpu([n, inF], res), norm.cpu, EPS);
+      const cpu = addon.empty('f32', [n, inter]);
+      addon.linearSiluMul(cpu, x, w.cpu, bias?.cpu ?? null, addon.empty('f32', [n, 2 * inter]));
+      const cuda = { res: onCuda(act, [n, inF], res), x: addon.empty(act, [n, inF], 'cuda'), out: addon.empty(act, [n, inter], 'cuda') };
+      const gateUp = addon.empty(act, [n, 2 * inter], 'cuda');
+      const step = () => {
+        addon.rmsNorm(cuda.x, cuda.res, norm.cuda, EPS, 2 * inter);
+        addon.linearSiluMul(cuda.out, cuda.x, w.cuda, bias?.cuda ?? null, gateUp);
+      };
+      step();
+      expectClose(floats(cuda.out), floats(cpu), 2 * tol(act, true));
+      addon.fill(cuda.out, 0);
+      const graph = addon.captureGraph(step);
+      graph.replay();
+      addon.synchronize();
+      expectClose(floats(cuda.out), floats(cpu), 2 * tol(act, true));
+      graph.dispose();
+    });
+  });
+});
