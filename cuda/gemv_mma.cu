@@ -233,9 +233,17 @@ void launchGemvMma(bf16* out, const bf16* x, const bf16* w, int64_t ldw, const W
   // before -> after: LoRA off 2 rows 0.773 -> 0.740, 16 rows 0.993 -> 0.920, 32 rows 1.423 ->
   // 1.333, 16 sequences of 4096 keys 3.10 -> 2.62; one adapter 32 rows 1.505 -> 1.411, 16 of
   // 4096 keys 3.21 -> 2.73; 1 and 64 rows (no tensor-core GEMV) and Qwen3-8B equal.
+  // The ring only as deep as the steps (in / 256) where they are fewer than its stages: step j's
+  // copies go to stage j mod the stages, so the others would hold shared memory that no copy
+  // touches and that the kernels launched early after this one could use. bench/decode_step.mjs,
+  // Qwen3-0.6B (qkv and gate_up: 4 steps of 8 stages), one adapter, GPU ms a step, the whole
+  // ring -> this, on two machines: 1 row 0.797 -> 0.792 and 0.797 -> 0.790, 2 rows 0.823 ->
+  // 0.813 and 0.824 -> 0.813; LoRA off and Qwen3-8B (12 layers) equal.
   const int64_t perSm = (grid + smCount() - 1) / smCount();
-  launchCarved("linear tensor-core GEMV kernel", carveoutFor(perSm, kRing + partialBytes(NG)), kernel, grid,
-      kWarps * 32, kRing, out, x, w, ldw, bias ? bias->data : nullptr, bias ? bias->dtype : DType::F32, n, in, outF,
+  const size_t ring = size_t(std::min<int64_t>(stagesFor(NG, XR), in / (32 * kWarps))) * kWarps * slotsFor(NG, XR) * 32 *
+      sizeof(uint4);
+  launchCarved("linear tensor-core GEMV kernel", carveoutFor(perSm, ring + partialBytes(NG)), kernel, grid,
+      kWarps * 32, ring, out, x, w, ldw, bias ? bias->data : nullptr, bias ? bias->dtype : DType::F32, n, in, outF,
       accumulate, u);
 }
 
