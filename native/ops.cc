@@ -233,12 +233,24 @@ Napi::Value LinearSiluMul(const Napi::CallbackInfo& info) {
   Tensor* bias = a.optionalTensor(3, "bias");
   Tensor& gu = a.tensor(4, "gateUp");
   const bool cuda = a.oneDevice();
-  cpu::Weights b{};
-  const DType act = expectLinear(a, gu, x, w, bias, &b, 0);  // gate and up as linear writes them
-  a.expectAct(out, "out");
-  a.expect(w.dim(0) % 2 == 0, [&] { return "w " + w.describe() + " must have an even number of rows (gate, then up)"; });
+  const DType act = a.expectAct(x, "x");
+  a.expectRank(x, 2, "x");
+  a.expectFloat(w, "w");
+  a.expectRank(w, 2, "w");
   const int64_t n = x.dim(0), in = x.dim(1), inter = w.dim(0) / 2;
+  a.expect(w.dim(0) % 2 == 0 && w.dim(1) >= in, [&] {
+    return "w " + w.describe() + " must be [gate and up rows of one count, at least x's " + std::to_string(in) + " columns]";
+  });
+  a.expectAct(out, "out");
   a.expectShape(out, {n, inter}, "out ([rows of x, half of w's rows])");
+  a.expectAct(gu, "gateUp");
+  a.expectShape(gu, {n, 2 * inter}, "gateUp ([rows of x, w's rows])");
+  cpu::Weights b{};
+  if (bias) {
+    a.expectFloat(*bias, "bias");
+    a.expectShape(*bias, {2 * inter}, "bias ([w's rows])");
+    b = a.weights(*bias);
+  }
   const cpu::Weights weights = linearWeights(a, w, 0);
   if (cuda) {
     a.run([&] { gpu::linearSiluMul(act, out.data(), x.data(), weights, bias ? &b : nullptr, n, in, inter, gu.data()); });

@@ -31,10 +31,12 @@ describe('linearSiluMul', () => {
       addon.linearSiluMul(a.out, a.x, a.w, a.bias, a.gateUp);
     };
     expect(() => call({})).not.toThrow();
-    expectOpError(() => call({ w: addon.zeros('bf16', [2 * inter, inF - 1]) }), /^linearSiluMul: w is .* but x .* has 8 columns/);
-    expectOpError(() => call({ w: addon.zeros('bf16', [7, inF]), gateUp: addon.zeros('f32', [n, 7]) }), /^linearSiluMul: w .*must have an even number of rows/);
-    expectOpError(() => call({ gateUp: addon.zeros('f32', [n, inter]) }), /^linearSiluMul: out must be \[2, 8\]/);
+    const wShape = /^linearSiluMul: w .*must be \[gate and up rows of one count, at least x's 8 columns\]/;
+    expectOpError(() => call({ w: addon.zeros('bf16', [2 * inter, inF - 1]) }), wShape);
+    expectOpError(() => call({ w: addon.zeros('bf16', [7, inF]), gateUp: addon.zeros('f32', [n, 7]) }), wShape);
+    expectOpError(() => call({ gateUp: addon.zeros('f32', [n, inter]) }), /^linearSiluMul: gateUp \(\[rows of x, w's rows\]\) must be \[2, 8\]/);
     expectOpError(() => call({ out: addon.zeros('f32', [n, 2 * inter]) }), /^linearSiluMul: out \(\[rows of x, half of w's rows\]\) must be \[2, 4\]/);
-    expectOpError(() => call({ bias: addon.zeros('f32', [inter]) }), /^linearSiluMul: bias must be \[8\]/);
+    expectOpError(() => call({ bias: addon.zeros('f32', [inter]) }), /^linearSiluMul: bias \(\[w's rows\]\) must be \[8\]/);
+    expectOpError(() => call({ x: addon.zeros('f32', [n]) }), /^linearSiluMul: x /);
   });
 });
