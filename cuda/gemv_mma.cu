@@ -275,8 +275,8 @@ bool gemvMma(DType act, void* out, const void* x, Weights w, const Weights* bias
   auto* o = static_cast<bf16*>(out);
   auto* xp = static_cast<const bf16*>(x);
   auto* wp = static_cast<const bf16*>(w.data);
-  if (gated) {  // x through L1 (wRows > in); no bias, accumulate or slot layout
-    if (wRows <= in || bias || accumulate || u.slotOfRow) return false;
+  if (gated) {  // x through L1 (wRows > in), at most 16 rows (dispatchRows); no bias, accumulate or slot layout
+    if (wRows <= in || n > 16 || bias || accumulate || u.slotOfRow) return false;
     dispatchRows<false, true>(o, xp, wp, ldw, nullptr, int(n), in, outF, false, {}, 0);
     return true;
   }
