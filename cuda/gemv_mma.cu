@@ -67,8 +67,9 @@ __host__ __device__ constexpr int stagesFor(int ng, bool xr) {
   const int fit = 24 / slotsFor(ng, xr);
   return fit < 8 ? fit : 8;
 }
-constexpr size_t ringBytes(int ng, bool xr) {
-  return size_t(stagesFor(ng, xr)) * kWarps * slotsFor(ng, xr) * 32 * sizeof(uint4);
+// The ring's bytes: its stages, or fewer where the steps (in / 256) are fewer (see launchGemvMma).
+constexpr size_t ringBytes(int ng, bool xr, int64_t steps = INT64_MAX) {
+  return size_t(std::min<int64_t>(stagesFor(ng, xr), steps)) * kWarps * slotsFor(ng, xr) * 32 * sizeof(uint4);
 }
 // The warps' partial sums at the end (static shared memory).
 __host__ __device__ constexpr size_t partialBytes(int ng) { return size_t(kWarps) * ng * 4 * 32 * sizeof(float); }
@@ -240,8 +241,7 @@ void launchGemvMma(bf16* out, const bf16* x, const bf16* w, int64_t ldw, const W
   // ring -> this, on two machines: 1 row 0.797 -> 0.792 and 0.797 -> 0.790, 2 rows 0.823 ->
   // 0.813 and 0.824 -> 0.813; LoRA off and Qwen3-8B (12 layers) equal.
   const int64_t perSm = (grid + smCount() - 1) / smCount();
-  const size_t ring = size_t(std::min<int64_t>(stagesFor(NG, XR), in / (32 * kWarps))) * kWarps * slotsFor(NG, XR) * 32 *
-      sizeof(uint4);
+  const size_t ring = ringBytes(NG, XR, in / (32 * kWarps));
   launchCarved("linear tensor-core GEMV kernel", carveoutFor(perSm, ring + partialBytes(NG)), kernel, grid,
       kWarps * 32, ring, out, x, w, ldw, bias ? bias->data : nullptr, bias ? bias->dtype : DType::F32, n, in, outF,
       accumulate, u);

@@ -313,7 +313,7 @@ void linear(DType act, void* out, const void* x, Weights w, const Weights* bias,
 void linearSiluMul(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in,
                    int64_t inter, void* gateUp) {
   if (n == 0 || inter == 0) return;
-  if (!bias && gemvMma(act, out, x, w, nullptr, n, in, inter, false, {}, true)) return;
+  if (gemvMma(act, out, x, w, bias, n, in, inter, false, {}, true)) return;  // declines a bias
   linear(act, gateUp, x, w, bias, n, in, 2 * inter);
   siluMul(act, out, gateUp, n, inter);
 }

@@ -65,12 +65,14 @@ DType expectLinear(OpArgs& a, const Tensor& out, const Tensor& x, const Tensor& 
                " columns" + (wCol >= 0 ? " from column " + std::to_string(wCol) : std::string()); });
   a.expectAct(out, "out");
   a.expectShape(out, {x.dim(0), w.dim(0)}, "out");
-  if (bias) {
-    a.expectFloat(*bias, "bias");
-    a.expectShape(*bias, {w.dim(0)}, "bias");
-    *biasWeights = a.weights(*bias);
-  }
+  if (bias) *biasWeights = expectBias(a, *bias, w.dim(0), "bias");
   return act;
+}
+
+cpu::Weights expectBias(OpArgs& a, const Tensor& bias, int64_t rows, const char* name) {
+  a.expectFloat(bias, name);
+  a.expectShape(bias, {rows}, name);
+  return a.weights(bias);
 }
 
 cpu::Weights linearWeights(const OpArgs& a, const Tensor& w, int64_t wCol) {

@@ -30,6 +30,8 @@ cpu::LoraDelta expectLoraDelta(OpArgs& a, size_t i, const Tensor& y, int64_t own
 // bias operand or stays empty.
 DType expectLinear(OpArgs& a, const Tensor& out, const Tensor& x, const Tensor& w, const Tensor* bias,
                    cpu::Weights* biasWeights, int64_t wCol = -1);
+// A bias of `rows` floats (named `name` in errors), as its weights operand.
+cpu::Weights expectBias(OpArgs& a, const Tensor& bias, int64_t rows, const char* name);
 // w's columns from wCol (< 0: from 0) as a linear's weight operand (rows w.dim(1) apart).
 cpu::Weights linearWeights(const OpArgs& a, const Tensor& w, int64_t wCol = 0);
 

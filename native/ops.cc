@@ -245,12 +245,7 @@ Napi::Value LinearSiluMul(const Napi::CallbackInfo& info) {
   a.expectShape(out, {n, inter}, "out ([rows of x, half of w's rows])");
   a.expectAct(gu, "gateUp");
   a.expectShape(gu, {n, 2 * inter}, "gateUp ([rows of x, w's rows])");
-  cpu::Weights b{};
-  if (bias) {
-    a.expectFloat(*bias, "bias");
-    a.expectShape(*bias, {2 * inter}, "bias ([w's rows])");
-    b = a.weights(*bias);
-  }
+  const cpu::Weights b = bias ? expectBias(a, *bias, 2 * inter, "bias ([w's rows])") : cpu::Weights{};
   const cpu::Weights weights = linearWeights(a, w, 0);
   if (cuda) {
     a.run([&] { gpu::linearSiluMul(act, out.data(), x.data(), weights, bias ? &b : nullptr, n, in, inter, gu.data()); });
