@@ -1,12 +1,19 @@
 // linearSiluMul on CUDA against the CPU backend: at decode sizes the tensor-core GEMV stores
 // SiLU(gate) · up itself (8 outputs a block, gate's and up's rows side by side); past them, or
-// where it does not take the shape, linear then siluMul through the scratch. Eager and replayed
+// where it does not take the shape, linear then siluMul through the scratch. Which of the two
+// ran shows in the scratch, and the first equals the second bit for bit. Eager and replayed
 // from a graph after the norm that writes x and lets the GEMV launch early, as decode steps run.
-import { describe, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 
-import { addon, describeGpu, expectClose, floats, onCpu, onCuda, Rng, rounded, tol, weightPair, type Act } from './helpers.js';
+import { addon, describeGpu, expectClose, expectSame, floats, onCpu, onCuda, Rng, rounded, tol, weightPair, type Act } from './helpers.js';
 
-const EPS = 1e-6;
+const EPS = 1e-6, SENTINEL = 7;
+
+/** Whether the tensor-core GEMV takes gate_up itself (gemv_mma.cu): bf16, no bias, 2 · inter > in, decode rows for its size. */
+function fused(act: Act, n: number, inF: number, inter: number, bias: boolean): boolean {
+  const small = 2 * inter * inF * 2 < 32 << 20;
+  return act === 'bf16' && !bias && 2 * inter > inF && inF % 256 === 0 && (small ? n <= 16 : n >= 2 && n <= 4);
+}
 
 describeGpu('linearSiluMul', () => {
   // [in, inter, bias, W's extra columns]: Qwen3-0.6B's gate_up; a last block of fewer than 8
@@ -31,8 +38,17 @@ describeGpu('linearSiluMul', () => {
         addon.rmsNorm(cuda.x, cuda.res, norm.cuda, EPS, 2 * inter);
         addon.linearSiluMul(cuda.out, cuda.x, w.cuda, bias?.cuda ?? null, gateUp);
       };
+      addon.fill(gateUp, SENTINEL);
       step();
       expectClose(floats(cuda.out), floats(cpu), 2 * tol(act, true));
+      // The GEMV stores SiLU·mul itself (gateUp left as it was) exactly where gemv_mma.cu takes
+      // the shape, and sums and rounds each output as linear then siluMul do: the two agree bit
+      // for bit (a tolerance would not tell them apart).
+      expect(floats(gateUp).every((v) => v === SENTINEL), 'the gated GEMV, not linear then siluMul').toBe(fused(act, n, inF, inter, withBias));
+      const apart = addon.empty(act, [n, inter], 'cuda');
+      addon.linear(gateUp, cuda.x, w.cuda, bias?.cuda ?? null, false, 0);
+      addon.siluMul(apart, gateUp);
+      expectSame(floats(cuda.out), floats(apart));
       addon.fill(cuda.out, 0);
       const graph = addon.captureGraph(step);
       graph.replay();
