@@ -90,12 +90,32 @@ struct LaneExpand {
   }
 };
 
+// An extended projection's shrink rows (UnusedSlots) at one row: the grid holds W's blocks,
+// then perSlot / kGemvWarps blocks for the row's slot; block b's first output, or -1 where the
+// row has no adapter (slot 0, or a slot out of range). Every slot's rows had made Qwen3-8B's
+// one-row qkv 768 + 24 blocks against 768 with no adapter, 3.3 us a layer longer in the stamps
+// (bench/stamps.mjs); bench/decode_step.mjs on an H200, one adapter at one row, 4 slots, GPU ms a
+// step, every slot's -> the row's: Qwen3-8B (12 layers) 1.672 -> 1.661 and 1.672 -> 1.661 (LoRA
+// off 1.643), Llama-3.2-1B 0.934 -> 0.932.
+__device__ __forceinline__ int64_t gemvFirstOutput(const UnusedSlots& u, int64_t outF) {
+  const int64_t b = blockIdx.x;
+  if (!u.slotOfRow || b < u.from / kGemvWarps) return b * kGemvWarps;
+  const int64_t slot = u.slotOfRow[0];
+  if (slot <= 0 || u.from + (slot + 1) * u.perSlot > outF) return -1;
+  return u.from + slot * u.perSlot + (b - u.from / kGemvWarps) * kGemvWarps;
+}
+
 template <typename T, typename W, int NR, bool VEC>
 __global__ __launch_bounds__(kGemvWarps * 32) void gemvKernel(T* out, const T* x, const W* w, const void* bias,
                                                                DType biasType, int n, int64_t in, int64_t ldw,
                                                                int64_t outF, LoraExpandArgs lora, bool accumulate,
-                                                               unsigned prefetchBlocks, WideRows wide) {
-  int64_t o = blockIdx.x * int64_t(kGemvWarps) + threadIdx.x / 32;
+                                                               unsigned prefetchBlocks, WideRows wide, UnusedSlots u) {
+  // One row's slot (slotOfRow, a step's input: read before the wait). For four rows its code
+  // took the kernel from 48 to 60 registers a thread.
+  int64_t first = int64_t(blockIdx.x) * kGemvWarps;
+  if constexpr (NR == 1) first = gemvFirstOutput(u, outF);
+  if (first < 0) return;
+  int64_t o = first + threadIdx.x / 32;
   int lane = threadIdx.x % 32;
   const W* wr = w + o * ldw;
   // A wide row: the loop below takes its first columns; each row's own slot's after.
@@ -236,8 +256,13 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 template <typename T, typename W, int NR>
 void launchGemv(T* out, const T* x, const W* w, int64_t ldw, const Weights* bias, int64_t n, int64_t in, int64_t outF,
-                const LoraExpandArgs& lora, bool accumulate, const WideRows& wide) {
-  const unsigned grid = blocksFor(outF, kGemvWarps);
+                const LoraExpandArgs& lora, bool accumulate, const WideRows& wide, const UnusedSlots& unused) {
+  // One row, whole blocks a slot, W's rows before them: the grid takes only the row's slot.
+  // (Rows of 2-4, bf16, go to the tensor-core GEMV, which skips unused slots itself.)
+  const bool skips = n == 1 && unused.slotOfRow && unused.from > 0 && unused.from % kGemvWarps == 0 &&
+                     unused.perSlot % kGemvWarps == 0 && (outF - unused.from) % unused.perSlot == 0;
+  const UnusedSlots u = skips ? unused : UnusedSlots{};
+  const unsigned grid = blocksFor(skips ? u.from + u.perSlot : outF, kGemvWarps);
   const int64_t blockBytes = kGemvWarps * in * int64_t(sizeof(W));
   const int64_t weightBytes = outF * in * int64_t(sizeof(W));
   const int64_t budget = weightBytes <= kWholePrefetch ? weightBytes : kPartPrefetch;
@@ -247,12 +272,12 @@ void launchGemv(T* out, const T* x, const W* w, int64_t ldw, const Weights* bias
   const bool vec = in % 8 == 0 && ldw % 8 == 0 && (wide.slotOfRow ? wide.in : in) % 8 == 0 && aligned16(x) &&
                    aligned16(w);
   launch("linear GEMV kernel", vec ? gemvKernel<T, W, NR, true> : gemvKernel<T, W, NR, false>, grid, kGemvWarps * 32,
-      0, out, x, w, b, bt, int(n), in, ldw, outF, lora, accumulate, prefetch, wide);
+      0, out, x, w, b, bt, int(n), in, ldw, outF, lora, accumulate, prefetch, wide, u);
 }
 
 // n <= kMaxGemvRows rows; lora.t null: no LoRA.
 void gemv(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
-          const LoraExpandArgs& lora, bool accumulate, const WideRows& wide = {}) {
+          const LoraExpandArgs& lora, bool accumulate, const WideRows& wide = {}, const UnusedSlots& unused = {}) {
   withAct(act, [&](auto t) {
     withFloat(w.dtype, [&](auto wt) {
       using T = decltype(t);
@@ -261,8 +286,8 @@ void gemv(DType act, void* out, const void* x, Weights w, const Weights* bias, i
       const T* xp = static_cast<const T*>(x);
       const W* wp = static_cast<const W*>(w.data);
       const int64_t ldw = w.ld ? w.ld : in;
-      if (n == 1) launchGemv<T, W, 1>(o, xp, wp, ldw, bias, n, in, outF, lora, accumulate, wide);
-      else launchGemv<T, W, kMaxGemvRows>(o, xp, wp, ldw, bias, n, in, outF, lora, accumulate, wide);
+      if (n == 1) launchGemv<T, W, 1>(o, xp, wp, ldw, bias, n, in, outF, lora, accumulate, wide, unused);
+      else launchGemv<T, W, kMaxGemvRows>(o, xp, wp, ldw, bias, n, in, outF, lora, accumulate, wide, unused);
     });
   });
 }
@@ -273,7 +298,7 @@ void linear(DType act, void* out, const void* x, Weights w, const Weights* bias,
             bool accumulate, const WideRows& wide, const UnusedSlots& unused) {
   if (n == 0 || outF == 0) return;
   if (!wide.slotOfRow && gemvMma(act, out, x, w, bias, n, in, outF, accumulate, unused)) return;
-  if (n <= kMaxGemvRows) return gemv(act, out, x, w, bias, n, in, outF, LoraExpandArgs{}, accumulate, wide);
+  if (n <= kMaxGemvRows) return gemv(act, out, x, w, bias, n, in, outF, LoraExpandArgs{}, accumulate, wide, unused);
   if (act == DType::BF16 && w.dtype == DType::BF16 && in > 0) {
     // Accumulating without a bias, cuBLASLt adds to out itself (beta = 1): one kernel, no
     // scratch pass over [n, outF] (a residual stream taking o or down, an adapter's expand).

@@ -126,17 +126,20 @@ describeGpu('cuda row ops', () => {
       }
     });
 
-    // An extended projection (512 outputs, then 4 slots' shrink rows of perSlot each) naming its
-    // slot layout: every output a row's own slot needs matches the CPU; bf16 at decode sizes
-    // (the tensor-core GEMV) leaves the rows of slots no row holds, slot 0 among them, unwritten
-    // where they fill whole blocks of 16 (perSlot 48), x through its ring (in 1024) or not (256).
+    // An extended projection (`from` outputs, then 4 slots' shrink rows of perSlot each) naming
+    // its slot layout: every output a row's own slot needs matches the CPU; the rows of slots no
+    // row holds, slot 0 among them, are left unwritten by the tensor-core GEMV (bf16 at decode
+    // sizes) where they fill whole blocks of 16 (perSlot 48), x through its ring (in 1024) or not
+    // (256), and by the one-row GEMV (f32, or a bf16 weight of 32 MiB or more) where they fill
+    // whole blocks of 8.
     const manySlots = Array.from({ length: 32 }, (_, i) => [3, 0, 2, 3][i % 4]);
     it.each([
-      [1, 48, [2], 1024], [3, 48, [1, 0, 1], 1024], [2, 48, [3, 1], 256], [8, 24, [3, 0, 3, 1, 1, 0, 0, 3], 1024],
-      [8, 48, [3, 0, 3, 1, 1, 0, 0, 3], 1024], [16, 48, Array(16).fill(0), 1024], [32, 48, manySlots, 1024],
-    ])('linear of an extended projection, %i rows, %i shrink rows a slot, rows\' slots %j, in %i', (n, perSlot, rowSlots, inF) => {
-      const rng = new Rng(300 + n);
-      const from = 512, outF = from + 4 * perSlot;
+      [1, 48, [2], 1024, 512], [3, 48, [1, 0, 1], 1024, 512], [2, 48, [3, 1], 256, 512], [8, 24, [3, 0, 3, 1, 1, 0, 0, 3], 1024, 512],
+      [8, 48, [3, 0, 3, 1, 1, 0, 0, 3], 1024, 512], [16, 48, Array(16).fill(0), 1024, 512], [32, 48, manySlots, 1024, 512],
+      [1, 48, [3], 4096, 4096], [1, 16, [0], 4096, 4096], [1, 24, [1], 512, 512], [4, 16, [3, 0, 3, 1], 4096, 4096],
+    ])('linear of an extended projection, %i rows, %i shrink rows a slot, rows\' slots %j, in %i, %i outputs before them', (n, perSlot, rowSlots, inF, from) => {
+      const rng = new Rng(300 + n + perSlot);
+      const outF = from + 4 * perSlot;
       const w = weightPair('bf16', [outF, inF], rng.floats(outF * inF, -0.05, 0.05));
       const x = act2(act, [n, inF], rng.floats(n * inF));
       const want = addon.empty('f32', [n, outF]);
@@ -149,7 +152,8 @@ describeGpu('cuda row ops', () => {
       const needed = (c: number) => c < from || used.has(slotOf(c));
       const pick = (v: Float32Array, keep: (c: number) => boolean) => v.filter((_, i) => keep(i % outF));
       expectClose(pick(floats(got), needed), pick(floats(want), needed), tol(act, true));
-      if (act === 'bf16' && perSlot % 16 === 0)
+      const oneRowGemv = n === 1 && (act === 'f32' || outF * inF * 2 >= 32 << 20);
+      if (oneRowGemv ? perSlot % 8 === 0 : act === 'bf16' && perSlot % 16 === 0)
         expect(pick(floats(got), (c) => !needed(c)).every((v) => v === sentinel)).toBe(true);
     });
 
