@@ -284,8 +284,7 @@ bool gemvMma(DType act, void* out, const void* x, Weights w, const Weights* bias
   // before them (so that the grid is never empty); else every slot's rows, as W's.
   UnusedSlots slots;
   int64_t gridRows = outF;
-  if (u.slotOfRow && u.from > 0 && u.from % 16 == 0 && u.perSlot % 16 == 0 && (outF - u.from) % u.perSlot == 0 &&
-      n <= 32) {
+  if (u.wholeBlocks(outF, 16) && n <= 32) {
     slots = u;
     gridRows = u.from + std::min(n, (outF - u.from) / u.perSlot - 1) * u.perSlot;  // slot 0 aside
   }

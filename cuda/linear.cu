@@ -259,8 +259,7 @@ void launchGemv(T* out, const T* x, const W* w, int64_t ldw, const Weights* bias
                 const LoraExpandArgs& lora, bool accumulate, const WideRows& wide, const UnusedSlots& unused) {
   // One row, whole blocks a slot, W's rows before them: the grid takes only the row's slot.
   // (Rows of 2-4, bf16, go to the tensor-core GEMV, which skips unused slots itself.)
-  const bool skips = n == 1 && unused.slotOfRow && unused.from > 0 && unused.from % kGemvWarps == 0 &&
-                     unused.perSlot % kGemvWarps == 0 && (outF - unused.from) % unused.perSlot == 0;
+  const bool skips = NR == 1 && unused.wholeBlocks(outF, kGemvWarps);
   const UnusedSlots u = skips ? unused : UnusedSlots{};
   const unsigned grid = blocksFor(skips ? u.from + u.perSlot : outF, kGemvWarps);
   const int64_t blockBytes = kGemvWarps * in * int64_t(sizeof(W));

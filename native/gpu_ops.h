@@ -56,6 +56,12 @@ struct WideRows {
 struct UnusedSlots {
   const int32_t* slotOfRow = nullptr;
   int64_t from = 0, perSlot = 0;
+
+  // Whether a GEMV of blocks of blockRows output rows can skip slots: W's rows come first and
+  // fill whole blocks, and so does each slot's share of the outF rows.
+  bool wholeBlocks(int64_t outF, int64_t blockRows) const {
+    return slotOfRow && from > 0 && from % blockRows == 0 && perSlot % blockRows == 0 && (outF - from) % perSlot == 0;
+  }
 };
 // accumulate: out += x · wᵀ (+ bias), one rounding (how the residual stream takes a projection).
 void linear(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
