@@ -86,14 +86,16 @@ __host__ __device__ constexpr size_t partialBytes(int ng) { return size_t(kWarps
 // The block's first output (u.slotOfRow null: block b takes outputs 16 b), or -1 where its slot
 // is past the slots the rows use. The slots' blocks come first so that their reads of slotOfRow
 // go out before W's blocks fill the memory system. n <= 32: a lane a row.
-__device__ __forceinline__ int64_t firstOutput(const UnusedSlots& u, int n, int lane) {
+__device__ __forceinline__ int64_t firstOutput(const UnusedSlots& u, int64_t outF, int n, int lane) {
   const unsigned slotBlocks = u.slotOfRow ? gridDim.x - unsigned(u.from / 16) : 0;
   if (blockIdx.x >= slotBlocks) return int64_t(blockIdx.x - slotBlocks) * 16;
   const int perSlotBlocks = int(u.perSlot / 16), k = int(blockIdx.x) / perSlotBlocks;
   const int s = lane < n ? u.slotOfRow[lane] : 0;
-  // Lanes holding the first row of each slot other than 0 (the zero adapter, never read).
+  // Lanes holding the first row of each slot other than 0 (the zero adapter, never read) and
+  // in the table (a slot past it, a row the kernels guard against, must not take a slot's blocks).
   const unsigned same = __match_any_sync(~0u, s);
-  unsigned firsts = __ballot_sync(~0u, s > 0 && (same & ((1u << lane) - 1)) == 0);
+  const bool live = s > 0 && s < (outF - u.from) / u.perSlot;
+  unsigned firsts = __ballot_sync(~0u, live && (same & ((1u << lane) - 1)) == 0);
   if (__popc(firsts) <= k) return -1;
   for (int i = 0; i < k; ++i) firsts &= firsts - 1;  // the k-th such lane is now the lowest bit
   const int slot = __shfl_sync(~0u, s, __ffs(firsts) - 1);
@@ -115,7 +117,7 @@ __global__ __launch_bounds__(kWarps * 32) void gemvMmaKernel(bf16* out, const bf
   static_assert(sizeof(partial) == partialBytes(NG), "the launch's carveout counts partialBytes");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
   // The warp's k: `steps` runs of 32 elements, `stride` apart, from 32 · warp.
-  const int64_t o0 = GATED ? int64_t(blockIdx.x) * 8 : firstOutput(u, n, lane), stride = 32 * kWarps;
+  const int64_t o0 = GATED ? int64_t(blockIdx.x) * 8 : firstOutput(u, outF, n, lane), stride = 32 * kWarps;
   if (o0 < 0) return;
   const int64_t steps = in / stride;
   // Weight row r of the block's 16 (gated: gate's o0 + r, then up's o0 + r - 8). Rows past the

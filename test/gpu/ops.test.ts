@@ -131,12 +131,14 @@ describeGpu('cuda row ops', () => {
     // row holds, slot 0 among them, are left unwritten by the tensor-core GEMV (bf16 at decode
     // sizes) where they fill whole blocks of 16 (perSlot 48), x through its ring (in 1024) or not
     // (256), and by the one-row GEMV (f32, or a bf16 weight of 32 MiB or more) where they fill
-    // whole blocks of 8.
+    // whole blocks of 8. A slot past the table (7, which the kernels guard against) takes none of
+    // the blocks of the slots after it.
     const manySlots = Array.from({ length: 32 }, (_, i) => [3, 0, 2, 3][i % 4]);
     it.each([
       [1, 48, [2], 1024, 512], [3, 48, [1, 0, 1], 1024, 512], [2, 48, [3, 1], 256, 512], [8, 24, [3, 0, 3, 1, 1, 0, 0, 3], 1024, 512],
       [8, 48, [3, 0, 3, 1, 1, 0, 0, 3], 1024, 512], [16, 48, Array(16).fill(0), 1024, 512], [32, 48, manySlots, 1024, 512],
       [1, 48, [3], 4096, 4096], [1, 16, [0], 4096, 4096], [1, 24, [1], 512, 512], [4, 16, [3, 0, 3, 1], 4096, 4096],
+      [5, 48, [7, 3, 1, 2, 3], 1024, 512],
     ])('linear of an extended projection, %i rows, %i shrink rows a slot, rows\' slots %j, in %i, %i outputs before them', (n, perSlot, rowSlots, inF, from) => {
       const rng = new Rng(300 + n + perSlot);
       const outF = from + 4 * perSlot;
