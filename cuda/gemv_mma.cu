@@ -91,11 +91,10 @@ __device__ __forceinline__ int64_t firstOutput(const UnusedSlots& u, int64_t out
   if (blockIdx.x >= slotBlocks) return int64_t(blockIdx.x - slotBlocks) * 16;
   const int perSlotBlocks = int(u.perSlot / 16), k = int(blockIdx.x) / perSlotBlocks;
   const int s = lane < n ? u.slotOfRow[lane] : 0;
-  // Lanes holding the first row of each slot other than 0 (the zero adapter, never read) and
-  // in the table (a slot past it, a row the kernels guard against, must not take a slot's blocks).
+  // Lanes holding the first row of each slot with shrink rows (a slot past the table must not take
+  // the blocks of one after it).
   const unsigned same = __match_any_sync(~0u, s);
-  const bool live = s > 0 && s < (outF - u.from) / u.perSlot;
-  unsigned firsts = __ballot_sync(~0u, live && (same & ((1u << lane) - 1)) == 0);
+  unsigned firsts = __ballot_sync(~0u, u.holds(s, outF) && (same & ((1u << lane) - 1)) == 0);
   if (__popc(firsts) <= k) return -1;
   for (int i = 0; i < k; ++i) firsts &= firsts - 1;  // the k-th such lane is now the lowest bit
   const int slot = __shfl_sync(~0u, s, __ffs(firsts) - 1);

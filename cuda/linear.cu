@@ -101,7 +101,7 @@ __device__ __forceinline__ int64_t gemvFirstOutput(const UnusedSlots& u, int64_t
   const int64_t b = blockIdx.x;
   if (!u.slotOfRow || b < u.from / kGemvWarps) return b * kGemvWarps;
   const int64_t slot = u.slotOfRow[0];
-  if (slot <= 0 || u.from + (slot + 1) * u.perSlot > outF) return -1;
+  if (!u.holds(slot, outF)) return -1;
   return u.from + slot * u.perSlot + (b - u.from / kGemvWarps) * kGemvWarps;
 }
 

@@ -62,6 +62,9 @@ struct UnusedSlots {
   bool wholeBlocks(int64_t outF, int64_t blockRows) const {
     return slotOfRow && from > 0 && from % blockRows == 0 && perSlot % blockRows == 0 && (outF - from) % perSlot == 0;
   }
+  // Whether a row of `slot` has shrink rows among the outF: not slot 0 (no adapter), nor a slot
+  // past the table (a value in device memory, which the kernels guard against).
+  MSTAR_HOST_DEVICE bool holds(int64_t slot, int64_t outF) const { return slot > 0 && from + (slot + 1) * perSlot <= outF; }
 };
 // accumulate: out += x · wᵀ (+ bias), one rounding (how the residual stream takes a projection).
 void linear(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
