@@ -135,6 +135,11 @@ void linearExpand(DType act, void* out, const void* x, Weights w, const Weights*
 void copyRegion(void* dst, DType dt, int64_t dstCols, const void* src, DType st, int64_t rows, int64_t cols,
                 int64_t rowOffset, int64_t colOffset, float scale, bool transpose, int64_t srcLd = 0);
 void fill(void* t, DType dt, int64_t n, float value);
+// w[o, i] = base[o, i] + sum over c < k of b[o, c] · a[c, i] (o < out, i < in), in f32, rounded
+// once: an adapter merged into its weight (lora_merge.cu). Row strides ldw, ldb, lda; base is
+// [out, in]; every tensor of dtype dt.
+void loraMerge(DType dt, void* w, int64_t ldw, const void* base, const void* b, int64_t ldb, const void* a, int64_t lda,
+               int64_t out, int64_t in, int64_t k);
 // Waits for the stream: the result comes back to the host.
 double maxAbsDiff(const void* a, DType at, const void* b, DType bt, int64_t n);
 

@@ -102,6 +102,9 @@ void copyRegion(void*, DType, int64_t, const void*, DType, int64_t, int64_t, int
   none();
 }
 void fill(void*, DType, int64_t, float) { none(); }
+void loraMerge(DType, void*, int64_t, const void*, const void*, int64_t, const void*, int64_t, int64_t, int64_t, int64_t) {
+  none();
+}
 double maxAbsDiff(const void*, DType, const void*, DType, int64_t) { none(); }
 
 }  // namespace mstar::gpu

@@ -207,6 +207,41 @@ Napi::Value LoraJoin(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// loraMerge(w [out, >= in], base [out, in], b [out, >= bCol + k], bCol, a [>= aRow + k, >= in], aRow, k): an
+// adapter merged into its weight, w's first in columns = base + b's k columns from bCol · a's k
+// rows from aRow (f32 sums, rounded once). b may be w itself (the pool's b sits beside W),
+// from column in on.
+Napi::Value LoraMerge(const Napi::CallbackInfo& info) {
+  OpArgs a(info, "loraMerge");
+  Tensor &w = a.tensor(0, "w"), &base = a.tensor(1, "base"), &b = a.tensor(2, "b");
+  const int64_t bCol = a.integer(3, "bCol");
+  Tensor& la = a.tensor(4, "a");
+  const int64_t aRow = a.integer(5, "aRow"), k = a.integer(6, "k", 1);
+  bool cuda = a.oneDevice();
+  for (auto [t, name] : {std::pair<Tensor*, const char*>{&w, "w"}, {&base, "base"}, {&b, "b"}, {&la, "a"}}) {
+    a.expectFloat(*t, name);
+    a.expectRank(*t, 2, name);
+    a.expect(t->dtype() == w.dtype(), [&] { return std::string(name) + " " + t->describe() + " is not of w's dtype"; });
+  }
+  const int64_t out = base.dim(0), in = base.dim(1);
+  const auto at = [](int64_t x) { return std::to_string(x); };
+  a.expect(w.dim(0) == out && w.dim(1) >= in, [&] { return "w " + w.describe() + " does not hold base " + base.describe(); });
+  a.expect(b.dim(0) == out && bCol + k <= b.dim(1),
+           [&] { return "b " + b.describe() + " has no " + at(k) + " columns from " + at(bCol) + " for " + at(out) + " rows"; });
+  a.expect(aRow + k <= la.dim(0) && la.dim(1) >= in,
+           [&] { return "a " + la.describe() + " has no " + at(k) + " rows of " + at(in) + " from row " + at(aRow); });
+  // Sums of k floats for 8 rows sit in a kernel block's 48 KB of shared memory; its grid's rows are 8 a block.
+  a.expect(k <= 1536 && out <= int64_t(8) * 65535, [&] { return "k " + at(k) + " or " + at(out) + " rows too many for loraMerge"; });
+  a.expect(!overlap(w, base) && !overlap(w, la), [&] { return "w " + w.describe() + " shares memory with base or a"; });
+  a.expect(!overlap(w, b) || (b.data() == w.data() && b.dim(1) == w.dim(1) && bCol >= in),
+           [&] { return "b " + b.describe() + " overlaps w's first " + at(in) + " columns"; });
+  const void* bp = static_cast<const char*>(b.data()) + bCol * int64_t(dtypeSize(b.dtype()));
+  const void* ap = static_cast<const char*>(la.data()) + aRow * la.dim(1) * int64_t(dtypeSize(la.dtype()));
+  if (cuda) a.run([&] { gpu::loraMerge(w.dtype(), w.data(), w.dim(1), base.data(), bp, b.dim(1), ap, la.dim(1), out, in, k); });
+  else cpu::loraMerge(w.dtype(), w.data(), w.dim(1), base.data(), bp, b.dim(1), ap, la.dim(1), out, in, k);
+  return info.Env().Undefined();
+}
+
 // maxAbsDiff(a, b): the largest |a - b| over two float tensors of one shape (NaN if any is NaN).
 Napi::Value MaxAbsDiff(const Napi::CallbackInfo& info) {
   OpArgs a(info, "maxAbsDiff");
@@ -238,6 +273,7 @@ void RegisterLoraOps(Napi::Env env, Napi::Object exports) {
   exports["loraJoin"] = Napi::Function::New<LoraJoin>(env, "loraJoin");
   exports["copyRegion"] = Napi::Function::New<CopyRegion>(env, "copyRegion");
   exports["fill"] = Napi::Function::New<Fill>(env, "fill");
+  exports["loraMerge"] = Napi::Function::New<LoraMerge>(env, "loraMerge");
   exports["maxAbsDiff"] = Napi::Function::New<MaxAbsDiff>(env, "maxAbsDiff");
 }
 

@@ -308,6 +308,12 @@ export interface Binding {
   /** dst[rowOffset.., colOffset..] = scale * src (or srcᵀ); both 2-D float tensors. srcCols: only src's first columns. */
   copyRegion(dst: Tensor, src: Tensor, rowOffset: number, colOffset: number, scale: number, transpose: boolean, srcCols?: number): void;
   fill(t: Tensor, value: number): void;
+  /**
+   * An adapter merged into its weight: w's first `in` columns = base [out, in] + b's k columns
+   * from bCol · a's k rows from aRow, summed in f32 and rounded once; one dtype throughout. b
+   * may be w itself from column `in` on (the pool's b beside W).
+   */
+  loraMerge(w: Tensor, base: Tensor, b: Tensor, bCol: number, a: Tensor, aRow: number, k: number): void;
   /** Largest |a - b| over two float tensors of one shape; NaN if either holds a NaN. */
   maxAbsDiff(a: Tensor, b: Tensor): number;
 }

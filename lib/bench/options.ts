@@ -74,7 +74,7 @@ export interface EngineCounters {
   steps: number;
   preemptions: number;
   /** The adapter pool: slot loads, evictions, time-slice hand-overs, host seconds starting loads. */
-  lora?: { loads: number; evictions: number; turns: number; loadSeconds: number };
+  lora?: { loads: number; evictions: number; turns: number; loadSeconds: number; merges: number };
 }
 
 export function defaultRequests(load: LoadShape): number {

@@ -163,7 +163,7 @@ function addCounters(a: EngineCounters | undefined, b: EngineCounters): EngineCo
   if (a === undefined) return b;
   const lora = a.lora && b.lora && {
     loads: a.lora.loads + b.lora.loads, evictions: a.lora.evictions + b.lora.evictions,
-    turns: a.lora.turns + b.lora.turns, loadSeconds: a.lora.loadSeconds + b.lora.loadSeconds,
+    turns: a.lora.turns + b.lora.turns, loadSeconds: a.lora.loadSeconds + b.lora.loadSeconds, merges: a.lora.merges + b.lora.merges,
   };
   return { engine: a.engine, steps: a.steps + b.steps, preemptions: a.preemptions + b.preemptions, ...(lora ? { lora } : {}) };
 }
@@ -177,7 +177,7 @@ async function onLocalServer<T>(
   try {
     const out = await run({ engine, url: server.url, base: config.served_model_name });
     const { steps, preemptions, lora } = server.stats();
-    const pool = lora && { loads: lora.loads, evictions: lora.evictions, turns: lora.turns, loadSeconds: lora.loadSeconds };
+    const pool = lora && { loads: lora.loads, evictions: lora.evictions, turns: lora.turns, loadSeconds: lora.loadSeconds, merges: lora.merges };
     return { url: server.url, out, counters: { engine, steps, preemptions, ...(pool ? { lora: pool } : {}) } };
   } finally {
     await server.close();

@@ -71,6 +71,6 @@ export function formatPrefill(r: PrefillReport): string {
 export function formatCounters(engines: readonly EngineCounters[]): string {
   return engines.map((e) => `${e.engine}: ${e.steps} steps, ${e.preemptions} preemptions` + (e.lora
     ? `; adapter pool: ${e.lora.loads} slot loads (${(e.lora.loadSeconds * 1e3).toFixed(1)} ms of host time to start them), ` +
-      `${e.lora.evictions} evictions, ${e.lora.turns} time-slice hand-overs`
+      `${e.lora.evictions} evictions, ${e.lora.turns} time-slice hand-overs, ${e.lora.merges} merges into the weights`
     : '')).join('\n');
 }

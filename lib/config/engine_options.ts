@@ -21,6 +21,7 @@ export function engineOptionsOf(config: ServeConfig, onProgress?: (message: stri
       maxRank: config.resources.lora.max_rank,
       hostCache: config.resources.lora.host_cache,
       sliceSteps: config.resources.lora.slice_steps,
+      mergeAfterSteps: config.resources.lora.merge_after_steps,
       targets: config.resources.lora.targets,
       runtimeUpdates: config.resources.lora.runtime_updates,
       adapters: config.resources.lora.adapters,

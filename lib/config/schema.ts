@@ -34,6 +34,7 @@ export interface LoraConfig {
   host_cache: number;
   /** Engine steps an adapter keeps a slot others wait for before it hands it over. */
   slice_steps: number;
+  merge_after_steps?: number;
   /**
    * HF module names adapters may target. Absent: those the listed adapters target, where
    * runtime_updates is off; else every target (lora/pool_targets.ts).
@@ -91,6 +92,7 @@ export const serveConfigSchema = {
             max_rank: { type: 'integer', minimum: 1, maximum: 512, default: 16 },
             host_cache: { type: 'integer', minimum: 1, default: 32 },
             slice_steps: { type: 'integer', minimum: 1, default: 16 },
+            merge_after_steps: { type: 'integer', minimum: 1 },
             targets: {
               type: 'array', minItems: 1, uniqueItems: true,
               items: { type: 'string', enum: ALL_TARGETS },

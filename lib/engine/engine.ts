@@ -251,6 +251,7 @@ export class Engine {
       console.error(opTimes.line('before the first step'));
       opTimes.reset();
     }
+    if (this.lora) this.mergeOrNot(this.lora, batch);
     const launched = this.timed('launch', () => this.runner.launch(batch, prev));
     this.advance(batch);
     this.register(batch);
@@ -339,6 +340,12 @@ export class Engine {
     }
     this.scheduler.pause((s) => s.slot === slot);
     lora.handOver(slot, waiter.adapterKey!);
+  }
+
+  /** Merges the adapter that the steps have run alone for a while, or unmerges (LoraManager.beforeStep). */
+  private mergeOrNot(lora: LoraManager, batch: readonly ScheduledSeq[]): void {
+    const key = batch[0].seq.adapterKey;
+    lora.beforeStep(batch.map((e) => e.seq.slot), this.scheduler.waiting.some((s) => s.adapterKey !== key));
   }
 
   stats(): EngineStats {

@@ -106,11 +106,12 @@ export class DecodeInputs {
    * whose token is unread (Sequence.unread) has fromRows[r] = its row among the previous
    * step's samples, from `unread` (feedTokens fills in the token and its embedding row on
    * the device, from the id buffer that step left); every other row has fromRows[r] = -1.
-   * Returns whether any row runs an adapter.
+   * slotOf: the adapter slot a sequence's rows run (none where its adapter is merged into the
+   * weights). Returns whether any row runs an adapter.
    */
   fill(
     batch: readonly ScheduledSeq[], bucket: number, blockSize: number, vocab: number,
-    unread?: ReadonlyMap<Sequence, number>,
+    unread?: ReadonlyMap<Sequence, number>, slotOf = (seq: Sequence) => seq.slot,
   ): boolean {
     if (batch.length > bucket || bucket > this.maxBucket) {
       throw new Error(`decode inputs: ${batch.length} rows in a bucket of ${bucket} (at most ${this.maxBucket})`);
@@ -140,9 +141,10 @@ export class DecodeInputs {
       slots[r] = seq.blocks[Math.floor(p / blockSize)] * blockSize + (p % blockSize);
       contextLens[r] = p + 1;
       row.set(seq.blocks);
-      rowSlots[r] = seq.slot;
-      embedRows[r] = seq.slot * vocab + token;
-      if (seq.slot > 0) adapters = true;
+      const slot = slotOf(seq);
+      rowSlots[r] = slot;
+      embedRows[r] = slot * vocab + token;
+      if (slot > 0) adapters = true;
       topK[r] = seq.params.topK;
       steps[r] = seq.numOutputs;
       this.temperature[r] = seq.params.temperature;

@@ -147,7 +147,10 @@ export class GraphRunner {
     if (why !== undefined) throw new Error(`graph runner: this step cannot replay a graph (${why})`);
     const s = this.ensureStatics();
     const bucket = bucketFor(this.buckets, batch.length)!;
-    const adapters = this.host.fill(batch, bucket, this.options.blockSize, this.model.config.vocabSize, unreadRows(batch, prev));
+    const pool = this.model.lora;
+    const adapters = this.host.fill(
+      batch, bucket, this.options.blockSize, this.model.config.vocabSize, unreadRows(batch, prev), (seq) => pool?.runSlot(seq.slot) ?? seq.slot,
+    );
     const withLora = adapters && s.lora !== undefined;
     const v = this.viewsFor(bucket);
     this.upload(v, bucket);

@@ -3,7 +3,7 @@
 // adapter pool or batch makes a clear error at start, not an out-of-memory one later.
 import type { ModelConfig } from '../checkpoint/config.js';
 import type { LoraOptions } from '../lora/manager.js';
-import { poolWidths, slotWeightsBytes } from '../lora/slot_weights.js';
+import { mergeCopyBytes, poolWidths, slotWeightsBytes } from '../lora/slot_weights.js';
 import type { Placement } from '../models/placement.js';
 import { workspaceBytes } from '../models/workspace.js';
 import { graphBuckets } from './graph_inputs.js';
@@ -31,7 +31,8 @@ export function memoryBesidesKv(
   graphs: boolean,
 ): MemoryPlan {
   const targets = o.lora && new Set(o.lora.targets);
-  const loraPool = o.lora ? slotWeightsBytes(config, o.lora.slots + 1, o.lora.maxRank, targets!, placement) : 0;
+  const loraPool = o.lora ? slotWeightsBytes(config, o.lora.slots + 1, o.lora.maxRank, targets!, placement) +
+    (o.lora.mergeAfterSteps !== undefined ? mergeCopyBytes(config, o.lora.maxRank, targets!, placement) : 0) : 0;
   const widths = o.lora ? poolWidths(config, o.lora.slots + 1, o.lora.maxRank, targets!) : undefined;
   const cuda = placement.device === 'cuda';
   const graphRows = cuda && graphs ? graphBuckets(o.maxBatchSize, o.maxNumBatchedTokens).at(-1) ?? 0 : 0;

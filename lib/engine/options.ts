@@ -195,6 +195,7 @@ export function engineLimits(config: ModelConfig, o: EngineOptions, placement: P
     maxBatchSize: o.maxBatchSize, maxNumBatchedTokens, prefixCache: o.prefixCache,
     lora: lora && {
       slots: lora.slots, maxRank: lora.maxRank, hostCache: lora.hostCache, targets: lora.targets, sliceSteps: lora.sliceSteps,
+      mergeAfterSteps: lora.mergeAfterSteps,
     },
     cudaGraphs: o.cudaGraphs,
     overlapSteps: o.overlapSteps,

@@ -250,7 +250,7 @@ export class ModelRunner {
       s.blockTables.set(e.seq.blocks, i * maxBlocks);
       if (e.samples) s.logitRows[rows++] = t - 1;
     });
-    if (batch.some((e) => e.seq.slot > 0)) s.lora = this.loraPlan(batch, s);
+    if (batch.some((e) => this.slotOf(e.seq) > 0)) s.lora = this.loraPlan(batch, s);
     return s;
   }
 
@@ -259,12 +259,17 @@ export class ModelRunner {
     const vocab = this.model.config.vocabSize;
     const rowSlots = new Int32Array(s.tokens.length);
     let t = 0;
-    for (const e of batch) rowSlots.fill(e.seq.slot, t, (t += e.count));
+    for (const e of batch) rowSlots.fill(this.slotOf(e.seq), t, (t += e.count));
     return {
       rowSlots,
-      logitSlots: Int32Array.from(batch.filter((e) => e.samples), (e) => e.seq.slot),
+      logitSlots: Int32Array.from(batch.filter((e) => e.samples), (e) => this.slotOf(e.seq)),
       embedRows: Int32Array.from(s.tokens, (tok, r) => rowSlots[r] * vocab + tok),
     };
+  }
+
+  /** The adapter slot a sequence's rows run: none (0) where its adapter is merged into the weights. */
+  private slotOf(seq: Sequence): number {
+    return this.model.lora?.runSlot(seq.slot) ?? seq.slot;
   }
 
   /** Whether a row is still under min_tokens, so its EOS and stop tokens are masked. */

@@ -96,6 +96,8 @@ export interface EngineStats {
     loadSeconds: number;
     /** Pinned slots handed to a waiting adapter at the end of a time slice (their requests paused). */
     turns: number;
+    /** Adapters merged into the weights for a run of steps that ran them alone (merge_after_steps). */
+    merges: number;
   };
 }
 

@@ -6,6 +6,8 @@ import type { Model } from '../models/index.js';
 import { readAdapter, type AdapterLimits } from './adapter.js';
 import { AdapterError } from './errors.js';
 import { HostAdapter } from './host_adapter.js';
+import { MergedWeights } from './merged_weights.js';
+import { MergePolicy } from './merge_policy.js';
 import { SlotTable } from './slots.js';
 import { SlotWeights } from './slot_weights.js';
 
@@ -21,6 +23,12 @@ export interface LoraOptions {
    * ~2 points of churn retention, 4 steps added 1.3 ms to every step (bench/RESULTS.md).
    */
   sliceSteps?: number;
+  /**
+   * Steps in a row that run one adapter alone before it is merged into the weights, so that
+   * its steps cost what steps without adapters do (serve.yaml's merge_after_steps; absent:
+   * never merged, and no copy of the adapted weights is kept for it).
+   */
+  mergeAfterSteps?: number;
 }
 
 const SLICE_STEPS = 16;
@@ -33,6 +41,8 @@ export interface LoraStats {
   loadSeconds: number;
   /** Pinned slots handed to a waiting adapter at the end of a time slice. */
   turns: number;
+  /** Adapters merged into the weights (each for a run of steps that ran it alone). */
+  merges: number;
 }
 
 interface Registered {
@@ -44,6 +54,9 @@ interface Registered {
 
 export class LoraManager {
   readonly weights: SlotWeights;
+  /** Present where adapters may be merged into the weights (mergeAfterSteps). */
+  private readonly merged?: MergedWeights;
+  private readonly mergePolicy?: MergePolicy;
   private readonly table: SlotTable;
   private readonly limits: AdapterLimits;
   private readonly byName = new Map<string, Registered>();
@@ -65,10 +78,20 @@ export class LoraManager {
     this.limits = { maxRank: options.maxRank, targets: new Set(options.targets) };
     this.table = new SlotTable(options.slots);
     this.weights = new SlotWeights(model.config, options.slots + 1, options.maxRank, this.limits.targets, model.weights, model.placement);
+    if (options.mergeAfterSteps !== undefined) {
+      try {
+        this.merged = new MergedWeights(this.weights);
+      } catch (e) {
+        this.weights.dispose();
+        throw e;
+      }
+      this.mergePolicy = new MergePolicy(options.mergeAfterSteps);
+    }
   }
 
   /** Frees the slots and the host copies (the engine closes); reads still in flight dispose what they bring. */
   dispose(): void {
+    this.merged?.dispose();
     this.weights.dispose();
     for (const h of this.host.values()) h.dispose();
     this.host.clear();
@@ -162,6 +185,19 @@ export class LoraManager {
     this.step++;
   }
 
+  /**
+   * Before a step is launched, with each of its rows' slots: merges the adapter that has run
+   * alone long enough, or unmerges the one merged where the step runs anything else (in
+   * stream order, before the step). othersWaiting: a waiting request runs something else.
+   */
+  beforeStep(slots: readonly number[], othersWaiting: boolean): void {
+    if (!this.merged || slots.length === 0) return;
+    const only = slots.every((s) => s === slots[0]) ? slots[0] : 0;
+    const act = this.mergePolicy!.next(only, this.merged.slot, othersWaiting);
+    if (act === 0) this.merged.unmerge();
+    else if (act !== undefined && this.merged.mergeable(act)) this.merged.merge(act);
+  }
+
   /** Called once per engine step, after scheduling: slots now running their adapter keep no reservation. */
   settle(): void {
     this.table.settle();
@@ -210,6 +246,8 @@ export class LoraManager {
    */
   private loadInto(slot: number, key: string, unpin = () => {}): boolean {
     const t0 = performance.now();
+    if (this.merged?.slot === slot) this.merged.unmerge();
+    this.mergePolicy?.forget(slot);
     try {
       this.weights.load(slot, this.hostAdapter(key));
     } catch (e) {
@@ -241,7 +279,7 @@ export class LoraManager {
   stats(): LoraStats {
     return {
       registered: this.byName.size, resident: this.table.resident, loads: this.loads, evictions: this.table.evictions,
-      loadSeconds: this.loadSeconds, turns: this.turns,
+      loadSeconds: this.loadSeconds, turns: this.turns, merges: this.merged?.merges ?? 0,
     };
   }
 

@@ -130,6 +130,12 @@ export function slotWeightsBytes(
   return shapes.reduce((n, t) => n + floatBytes(placement.act) * (elements(t.a) + bElements(t)), staging);
 }
 
+/** Device bytes of the loaded W that merging keeps (merged_weights.ts): every projection whose b sits beside W. */
+export function mergeCopyBytes(config: ModelConfig, rank: number, targets: ReadonlySet<string>, placement: Placement): number {
+  return targetShapes(config, 1, rank, targets).filter((t) => t.beside)
+    .reduce((n, t) => n + floatBytes(placement.act) * t.weight.shape[0] * t.weight.shape[1], 0);
+}
+
 /**
  * The widths of a step's rows that the pool adds (Workspace sizes its buffers by them): `lora`,
  * the shrink by every slot at once (slots * slices * rank; an embedding: slots * rank); `wide`,
@@ -157,6 +163,11 @@ const EXT = new WeakMap<Tensor, Tensor>();
 
 export class SlotWeights {
   readonly targets = new Map<string, LoraTarget>();
+  /**
+   * The slot whose adapter is merged into W (merged_weights.ts), 0 for none: its rows run as
+   * base rows (runSlot), and no load may write it until it is unmerged.
+   */
+  merged = 0;
   /** The widths of a step's rows it adds (poolWidths). */
   readonly widths: PoolWidths;
   /** Every target's ranks, one after the other: a slot load sends them in one copy. */
@@ -307,6 +318,7 @@ export class SlotWeights {
    * waits for both on the GPU, the host does not.
    */
   load(slot: number, host: HostAdapter): void {
+    this.expectUnmerged(slot);
     for (const t of this.targets.values()) this.slotRanks(t, slot).fill(0);
     for (const m of host.adapter.modules) {
       const t = this.targets.get(m.location.engine)!;
@@ -319,9 +331,24 @@ export class SlotWeights {
   }
 
   clear(slot: number): void {
+    this.expectUnmerged(slot);
     for (const t of this.targets.values()) this.slotRanks(t, slot).fill(0);
     this.plans[slot].run(true);
     this.ranks.copyFromAsync(this.hostRanks);
+  }
+
+  /** The slot a row of `slot` runs: 0 where its adapter is merged into the weights. */
+  runSlot(slot: number): number {
+    return slot === this.merged ? 0 : slot;
+  }
+
+  /** Whether the adapter in `slot` adapts target t (a slice of it). */
+  holds(t: LoraTarget, slot: number): boolean {
+    return this.slotRanks(t, slot).some((r) => r > 0);
+  }
+
+  private expectUnmerged(slot: number): void {
+    if (slot > 0 && slot === this.merged) throw new Error(`LoRA pool: slot ${slot} is merged into the weights; unmerge it before a load`);
   }
 
   /** The host copy of one slot's ranks in target t, one entry per slice. */

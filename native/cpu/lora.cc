@@ -3,6 +3,7 @@
 // where each output row reads the rank block of the slice it belongs to. The adapter's
 // scale is folded into B when the slot is loaded.
 #include <algorithm>
+#include <vector>
 
 #include "cpu/ops.h"
 #include "thread_pool.h"
@@ -96,6 +97,26 @@ void copyRegion(void* dst, DType dt, int64_t dstCols, const void* src, DType st,
       else static_cast<uint16_t*>(dst)[at] = dt == DType::BF16 ? f32ToBf16(v) : f32ToF16(v);
     }
   }
+}
+
+void loraMerge(DType dt, void* w, int64_t ldw, const void* base, const void* b, int64_t ldb, const void* a, int64_t lda,
+               int64_t out, int64_t in, int64_t k) {
+  parallelFor(out, 16, [&](int64_t first, int64_t last) {
+    std::vector<float> acc(static_cast<size_t>(in));
+    for (int64_t o = first; o < last; ++o) {
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t c = 0; c < k; ++c) {
+        const float bv = loadFloat(b, dt, size_t(o * ldb + c));
+        for (int64_t i = 0; i < in; ++i) acc[size_t(i)] += bv * loadFloat(a, dt, size_t(c * lda + i));
+      }
+      for (int64_t i = 0; i < in; ++i) {
+        const float v = loadFloat(base, dt, size_t(o * in + i)) + acc[size_t(i)];
+        const size_t at = size_t(o * ldw + i);
+        if (dt == DType::F32) static_cast<float*>(w)[at] = v;
+        else static_cast<uint16_t*>(w)[at] = dt == DType::BF16 ? f32ToBf16(v) : f32ToF16(v);
+      }
+    }
+  });
 }
 
 }  // namespace mstar::cpu

@@ -138,5 +138,9 @@ void loraExpand(float* out, const float* t, Weights b, int64_t numSlots, const i
 // Writes scale * src (or its transpose) into a 2-D dst at (rowOffset, colOffset).
 void copyRegion(void* dst, DType dt, int64_t dstCols, const void* src, DType st, int64_t rows, int64_t cols,
                 int64_t rowOffset, int64_t colOffset, float scale, bool transpose, int64_t srcLd = 0);
+// As gpu::loraMerge: w[o, i] = base[o, i] + sum over c < k of b[o, c] · a[c, i], in f32 (c in
+// order), rounded once to dt.
+void loraMerge(DType dt, void* w, int64_t ldw, const void* base, const void* b, int64_t ldb, const void* a, int64_t lda,
+               int64_t out, int64_t in, int64_t k);
 
 }  // namespace mstar::cpu

@@ -5,6 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { memoryBesidesKv } from '../../lib/engine/memory.js';
 import { batchedTokensDefault, engineLimits, type EngineOptions } from '../../lib/engine/options.js';
 import { ALL_TARGETS } from '../../lib/lora/adapter.js';
+import { MergedWeights } from '../../lib/lora/merged_weights.js';
 import { SlotWeights } from '../../lib/lora/slot_weights.js';
 import { CPU, cudaPlacement, KvCache } from '../../lib/models/index.js';
 import { Workspace, workspaceBytes } from '../../lib/models/workspace.js';
@@ -67,6 +68,10 @@ describe('what memory_fraction leaves for the KV cache', () => {
     expect(workspaceBytes(config, CPU, 7, 3)).toBe(plain.bytes);  // without a pool: no LoRA buffer
     plain.dispose();
     expect(plan.scratch).toBe(0);  // and no graph workspace: graphs are CUDA's
+    const merged = new MergedWeights(pool);  // merge_after_steps: a copy of each adapted W as loaded
+    expect(memoryBesidesKv(config, { ...base, lora: { ...lora, adapters: [], mergeAfterSteps: 8 } }, CPU, true).loraPool).toBe(pool.bytes + merged.bytes);
+    expect(merged.bytes).toBeGreaterThan(0);
+    merged.dispose();
     ws.dispose();
     pool.dispose();
   });

@@ -248,6 +248,34 @@ describe.each([false, true])('LoRA in the engine (overlapped steps: %s)', (overl
     expect(out.last.cachedPromptTokens).toBe(0);
     expect(out.tokens).toEqual(await alone(p, 'qv', 3));
   });
+
+  it('an adapter running alone is merged after merge_after_steps; rows of anything else unmerge it; tokens as unmerged', async () => {
+    const mergeAfterSteps = 2;
+    const e = await withAdapters(make({ lora: { ...lora(2).lora, mergeAfterSteps } }));
+    const tokens = new Map<string, number[]>();
+    const take = (outs: RequestOutput[]) => outs.forEach((o) => tokens.set(o.id, [...(tokens.get(o.id) ?? []), ...o.newTokenIds]));
+    const merges = () => e.stats().lora!.merges;
+    e.add({ id: 'qv0', promptIds: ps[0], params: greedy(10), adapter: 'qv' });
+    e.add({ id: 'qv1', promptIds: ps[3], params: greedy(10), adapter: 'qv' });
+    for (let i = 0; i < 4; i++) take(e.step());
+    expect(merges()).toBe(1);
+    // A base row and another adapter arrive: unmerged before their first step, merged again
+    // once qv runs alone for a while after they end.
+    e.add({ id: 'base', promptIds: ps[1], params: greedy(3) });
+    e.add({ id: 'mlp', promptIds: ps[2], params: greedy(3), adapter: 'mlp' });
+    while (e.hasWork()) take(e.step());
+    expect(merges()).toBe(2);
+    // emb adapts the embedding and lm_head: never merged, however long it runs alone.
+    e.add({ id: 'emb', promptIds: ps[2], params: greedy(6), adapter: 'emb' });
+    while (e.hasWork()) take(e.step());
+    expect(merges()).toBe(2);
+    expect(tokens.get('qv0')).toEqual(await alone(ps[0], 'qv', 10));
+    expect(tokens.get('qv1')).toEqual(await alone(ps[3], 'qv', 10));
+    expect(tokens.get('base')).toEqual(await alone(ps[1], undefined, 3));
+    expect(tokens.get('mlp')).toEqual(await alone(ps[2], 'mlp', 3));
+    expect(tokens.get('emb')).toEqual(await alone(ps[2], 'emb', 6));
+    expect(e.stats().kvBlocksUsed).toBe(0);
+  });
 });
 
 describe('refused adapters change nothing', () => {

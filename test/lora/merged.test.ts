@@ -6,39 +6,14 @@ import { describe, expect, it } from 'vitest';
 
 import { addon } from '../../lib/addon/index.js';
 import { LoraManager } from '../../lib/lora/manager.js';
-import { KvCache, loadModel, stepTensors, type Model } from '../../lib/models/index.js';
+import { loadModel } from '../../lib/models/index.js';
 import { locateModule } from '../../lib/checkpoint/locate.js';
 import { FIXTURES } from '../parity/fixture.js';
 import { relativeError } from '../parity/greedy_rule.js';
 import { delta, writeAdapter, type ModuleSpec } from './make_adapter.js';
+import { logits } from './step_logits.js';
 
 const ALL = ALL_TARGETS;
-
-/** Last-token logits of each prompt, every prompt running `slot` (one batch). */
-function logits(model: Model, prompts: number[][], slots: number[], vocab: number): Float32Array[] {
-  const bs = 16;
-  const kv = new KvCache(model.config, prompts.length * 8, bs);
-  const tokens = prompts.flat();
-  const starts = [0];
-  prompts.forEach((p) => starts.push(starts.at(-1)! + p.length));
-  const rowSlots = Int32Array.from(prompts.flatMap((p, i) => p.map(() => slots[i])));
-  const t = stepTensors({
-    tokens: Int32Array.from(tokens),
-    positions: Int32Array.from(prompts.flatMap((p) => p.map((_, j) => j))),
-    slots: Int32Array.from(prompts.flatMap((p, i) => p.map((_, j) => i * 8 * bs + j))),
-    queryStarts: Int32Array.from(starts), contextLens: Int32Array.from(prompts.map((p) => p.length)),
-    blockTables: Int32Array.from(prompts.flatMap((_, i) => Array.from({ length: 8 }, (_, b) => i * 8 + b))), maxBlocks: 8,
-    logitRows: Int32Array.from(starts.slice(1).map((s) => s - 1)),
-    lora: {
-      rowSlots, logitSlots: Int32Array.from(slots),
-      embedRows: Int32Array.from(tokens.map((tok, r) => rowSlots[r] * vocab + tok)),
-    },
-  });
-  const out = model.forward(t, kv);
-  const all = out.toArray() as Float32Array;
-  [t, out, kv].forEach((x) => x.dispose());
-  return prompts.map((_, i) => all.slice(i * vocab, (i + 1) * vocab));
-}
 
 describe('LoRA equals merged weights', () => {
   const dir = `${FIXTURES}/models/tiny-llama`;

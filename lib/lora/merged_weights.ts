@@ -1,0 +1,77 @@
+// One adapter merged into the model's weights, so that a step whose rows all run it costs
+// what a step without adapters costs (dLoRA, OSDI 2024, switches between merged and unmerged
+// inference the same way). Each adapted projection's W (the first columns of the pool's
+// widened weight) becomes base + b · a for the slot, computed from a copy of the loaded W
+// kept on the device, summed in f32 and rounded once; unmerging copies that W back, so
+// merging and unmerging never drift from the checkpoint. Only projections whose b sits beside
+// W merge: an adapter on the embedding or lm_head (which may share the embedding's tensor)
+// stays unmerged.
+import { addon, type FloatDType, type Tensor } from '../addon/index.js';
+import { floatBytes } from '../models/placement.js';
+import type { LoraTarget, SlotWeights } from './slot_weights.js';
+
+export class MergedWeights {
+  /** Per projection whose b sits beside W: W as loaded, [out, in], in the widened weight's dtype. */
+  private readonly loaded = new Map<string, Tensor>();
+  /** The projections the merged slot changed (those its adapter targets). */
+  private changed: LoraTarget[] = [];
+  merges = 0;
+
+  constructor(private readonly pool: SlotWeights) {
+    try {
+      for (const t of pool.targets.values()) {
+        if (t.bCol === 0) continue;
+        const w = addon.empty(t.bAll.dtype as FloatDType, [t.bAll.shape[0], t.bCol], t.bAll.device);
+        this.loaded.set(t.name, w);
+        addon.copyRegion(w, t.bAll, 0, 0, 1, false, t.bCol);
+      }
+    } catch (e) {
+      this.dispose();
+      throw e;
+    }
+  }
+
+  /** The slot merged into the weights (0: none). */
+  get slot(): number {
+    return this.pool.merged;
+  }
+
+  /** Device bytes of the loaded copies (mergeCopyBytes counts them ahead). */
+  get bytes(): number {
+    let n = 0;
+    for (const t of this.loaded.values()) n += floatBytes(t.dtype as FloatDType) * t.shape[0] * t.shape[1];
+    return n;
+  }
+
+  /** Whether the adapter in `slot` adapts only projections whose b sits beside W. */
+  mergeable(slot: number): boolean {
+    return slot > 0 && [...this.pool.targets.values()].every((t) => t.bCol > 0 || !this.pool.holds(t, slot));
+  }
+
+  /** Merges the adapter in `slot` (mergeable) into the weights, unmerging any other first; in stream order. */
+  merge(slot: number): void {
+    if (!this.mergeable(slot)) throw new Error(`LoRA pool: the adapter in slot ${slot} cannot be merged`);
+    this.unmerge();
+    this.changed = [...this.pool.targets.values()].filter((t) => t.bCol > 0 && this.pool.holds(t, slot));
+    for (const t of this.changed) {
+      const k = t.bCols / this.pool.numSlots;
+      addon.loraMerge(t.bAll, this.loaded.get(t.name)!, t.bAll, t.bCol + slot * k, t.aAll, slot * k, k);
+    }
+    this.pool.merged = slot;
+    this.merges++;
+  }
+
+  /** Puts back the loaded weights (nothing where no slot is merged); in stream order. */
+  unmerge(): void {
+    for (const t of this.changed) addon.copyRegion(t.bAll, this.loaded.get(t.name)!, 0, 0, 1, false);
+    this.changed = [];
+    this.pool.merged = 0;
+  }
+
+  /** Unmerges, then frees the copies (before the pool is disposed). */
+  dispose(): void {
+    this.unmerge();
+    this.loaded.forEach((t) => t.dispose());
+    this.loaded.clear();
+  }
+}

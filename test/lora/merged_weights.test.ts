@@ -1,0 +1,121 @@
+// An adapter merged into the pool's weights (MergedWeights, through LoraManager.beforeStep):
+// base rows on the merged weights give the adapter's logits, unmerging gives back the
+// loaded weights bit for bit, and what cannot merge (an adapter on the embedding or lm_head)
+// or must not be overwritten (a merged slot's load) is refused. fp32 on the CPU.
+import { ALL_TARGETS } from '../../lib/lora/adapter.js';
+import { describe, expect, it } from 'vitest';
+
+import { addon, type Tensor } from '../../lib/addon/index.js';
+import { locateModule } from '../../lib/checkpoint/locate.js';
+import { LoraManager } from '../../lib/lora/manager.js';
+import { MergePolicy } from '../../lib/lora/merge_policy.js';
+import { loadModel } from '../../lib/models/index.js';
+import { FIXTURES } from '../parity/fixture.js';
+import { relativeError } from '../parity/greedy_rule.js';
+import { writeAdapter, type ModuleSpec } from './make_adapter.js';
+import { logits } from './step_logits.js';
+
+const model = loadModel(`${FIXTURES}/models/tiny-llama`, { dtype: 'f32' });
+const c = model.config;
+const prompts = [[5, 9, 200, 31, 7], [100, 3, 3, 4], [42]];
+const LINEARS = ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'];
+
+function spec(path: string, rank: number): ModuleSpec {
+  const loc = locateModule(c, c.family, path)!;
+  return loc.kind === 'embedding' ? { path, rank, in: loc.rows, out: loc.cols!, embedding: true } : { path, rank, in: loc.cols!, out: loc.rows };
+}
+
+/** Copies of the model's weights as they are now, to compare with later. */
+function snapshot(): Map<string, Tensor> {
+  return new Map([...model.weights].map(([name, w]) => [name, w.to('cpu')]));
+}
+
+async function pool(modules: ModuleSpec[], targets: string[]): Promise<{ lora: LoraManager; slot: number }> {
+  const { dir } = await writeAdapter(modules, { r: 8, lora_alpha: 16, target_modules: targets }, 21);
+  const lora = new LoraManager(model, { slots: 2, maxRank: 8, hostCache: 2, targets: ALL_TARGETS, mergeAfterSteps: 2 });
+  await lora.register('a', dir);
+  const slot = lora.acquire(lora.keyOf('a')!) as number;
+  model.lora = lora.weights;
+  return { lora, slot };
+}
+
+describe('an adapter merged into the weights', () => {
+  it("base rows on merged weights give the adapter's logits; unmerging restores the weights exactly", async () => {
+    const layers = [0, 1, 2];
+    const path = (l: number, m: string) => `model.layers.${l}.${['gate_proj', 'up_proj', 'down_proj'].includes(m) ? 'mlp' : 'self_attn'}.${m}`;
+    const { lora, slot } = await pool(LINEARS.flatMap((m) => layers.map((l) => spec(path(l, m), 8))), LINEARS);
+    try {
+      const loaded = snapshot();
+      const adapted = logits(model, prompts, [slot, 0, slot], c.vocabSize);
+      lora.beforeStep([slot, slot], false);
+      expect(lora.weights.merged).toBe(0);  // one step alone is not a run of two
+      lora.beforeStep([slot], false);
+      expect(lora.weights.merged).toBe(slot);
+      expect(lora.weights.runSlot(slot)).toBe(0);
+      expect(lora.stats().merges).toBe(1);
+      const merged = logits(model, prompts, [0, 0, 0], c.vocabSize);
+      expect(relativeError(merged[0], adapted[0])).toBeLessThan(1e-5);
+      expect(relativeError(merged[2], adapted[2])).toBeLessThan(1e-5);
+      expect(relativeError(merged[1], adapted[1])).toBeGreaterThan(1e-3);  // a base row now runs the adapter
+      expect(() => lora.weights.clear(slot)).toThrow(/slot 1 is merged into the weights; unmerge it before a load/);
+      lora.beforeStep([slot, 0], false);  // a base row: unmerged before the step
+      expect(lora.weights.merged).toBe(0);
+      for (const [name, w] of model.weights) expect(addon.maxAbsDiff(w, loaded.get(name)!), name).toBe(0);
+      const again = logits(model, prompts, [slot, 0, slot], c.vocabSize);
+      again.forEach((l, i) => expect(relativeError(l, adapted[i])).toBe(0));
+      loaded.forEach((t) => t.dispose());
+    } finally {
+      model.lora = undefined;
+      lora.dispose();
+    }
+  });
+
+  it('an adapter on lm_head or the embedding is never merged; another waiting request defers a merge', async () => {
+    const { lora, slot } = await pool([spec('model.layers.1.self_attn.q_proj', 8), spec('lm_head', 8)], ['q_proj', 'lm_head']);
+    try {
+      for (let i = 0; i < 4; i++) lora.beforeStep([slot], false);
+      expect(lora.weights.merged).toBe(0);
+      expect(lora.stats().merges).toBe(0);
+    } finally {
+      model.lora = undefined;
+      lora.dispose();
+    }
+    const q = await pool([spec('model.layers.1.self_attn.q_proj', 8)], ['q_proj']);
+    try {
+      for (let i = 0; i < 4; i++) q.lora.beforeStep([q.slot], true);
+      expect(q.lora.weights.merged).toBe(0);
+      q.lora.beforeStep([q.slot], false);
+      expect(q.lora.weights.merged).toBe(q.slot);
+    } finally {
+      model.lora = undefined;
+      q.lora.dispose();
+    }
+  });
+
+  it('disposing a pool with an adapter merged gives the model back its loaded weights', async () => {
+    const before = snapshot();
+    const { lora, slot } = await pool([spec('model.layers.0.mlp.down_proj', 8)], ['down_proj']);
+    lora.beforeStep([slot], false);
+    lora.beforeStep([slot], false);
+    expect(lora.weights.merged).toBe(slot);
+    model.lora = undefined;
+    lora.dispose();
+    for (const [name, w] of model.weights) expect(addon.maxAbsDiff(w, before.get(name)!), name).toBe(0);
+    before.forEach((t) => t.dispose());
+  });
+});
+
+describe('MergePolicy', () => {
+  it('merges after a run of steps of one adapter alone, unmerges before any other step', () => {
+    const p = new MergePolicy(3);
+    expect([p.next(2, 0, false), p.next(2, 0, false)]).toEqual([undefined, undefined]);
+    expect(p.next(2, 0, false)).toBe(2);
+    expect(p.next(2, 2, false)).toBeUndefined();  // merged: stays
+    expect(p.next(0, 2, false)).toBe(0);  // base rows, or several adapters: unmerge
+    expect([p.next(1, 0, false), p.next(2, 0, false), p.next(2, 0, false)]).toEqual([undefined, undefined, undefined]);
+    p.forget(2);  // slot 2 got another adapter: its run starts again
+    expect([p.next(2, 0, false), p.next(2, 0, false)]).toEqual([undefined, undefined]);
+    expect(p.next(2, 0, true)).toBeUndefined();  // a request for something else waits
+    expect(p.next(2, 0, false)).toBe(2);
+  });
+});
