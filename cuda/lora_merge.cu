@@ -1,9 +1,10 @@
 // An adapter merged into its projection's weight: w = base + b · a, summed in f32 and rounded
 // once (lib/lora/merge_policy.ts says when the engine runs a step on merged weights). A block
-// takes kRows output rows (their b entries in shared memory) and its threads walk the columns
-// in runs of V, each summing its run of a over the rank for all kRows rows: a reads once per
-// kRows rows, base and w once. Runs of 8 (16-byte loads of bf16) against single elements:
-// Qwen3-0.6B's adapted weights (0.82 GiB) merged in 4.31 ms at V = 1 (bench/merge.mjs).
+// takes R output rows (their b entries in shared memory) and its threads walk the columns
+// in runs of V, each summing its run of a over the rank for all R rows: a is read once
+// per R rows, base and w once. Qwen3-0.6B's adapted weights (0.82 GiB, bench/merge.mjs):
+// 8 rows a block in single elements 4.31 ms, in runs of 8 3.08 ms (a read from L2 six times W's
+// bytes at qkv's rank 48); hence 16 rows in runs of 4, the rank's loads four at a time.
 #include "gpu_ops.h"
 
 #include "common.cuh"
@@ -11,31 +12,33 @@
 namespace mstar::gpu {
 namespace {
 
-constexpr int kRows = 8, kThreads = 128;
+constexpr int kThreads = 128;
 
-template <typename T, int V>
+// R output rows a block (R · k floats of b in shared memory, at most 48 KB).
+template <typename T, int V, int R>
 __global__ void loraMergeKernel(T* w, int64_t ldw, const T* base, const T* b, int64_t ldb, const T* a, int64_t lda,
                                 int64_t out, int64_t in, int k) {
-  extern __shared__ float sb[];  // [kRows][k]: the block's rows of b
+  extern __shared__ float sb[];  // [R][k]: the block's rows of b
   awaitPrior();
-  const int64_t o0 = int64_t(blockIdx.y) * kRows;
-  for (int e = threadIdx.x; e < kRows * k; e += blockDim.x) {
+  const int64_t o0 = int64_t(blockIdx.y) * R;
+  for (int e = threadIdx.x; e < R * k; e += blockDim.x) {
     const int64_t o = o0 + e / k;
     sb[e] = o < out ? toF(b[o * ldb + e % k]) : 0.0f;
   }
   __syncthreads();
   for (int64_t i = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) * V; i < in; i += int64_t(gridDim.x) * blockDim.x * V) {
-    float acc[kRows][V] = {};
+    float acc[R][V] = {};
+#pragma unroll 4
     for (int c = 0; c < k; ++c) {
       float av[V];
       loadVec<T, V>(av, a + c * lda + i);
 #pragma unroll
-      for (int r = 0; r < kRows; ++r)
+      for (int r = 0; r < R; ++r)
 #pragma unroll
         for (int v = 0; v < V; ++v) acc[r][v] += sb[r * k + c] * av[v];
     }
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
+    for (int r = 0; r < R; ++r) {
       if (o0 + r >= out) break;
       float bv[V];
       loadVec<T, V>(bv, base + (o0 + r) * in + i);
@@ -54,16 +57,18 @@ void loraMerge(DType dt, void* w, int64_t ldw, const void* base, const void* b, 
   if (out * in == 0) return;
   const size_t elem = dtypeSize(dt);
   const bool runs = runsOf8(w, ldw, elem) && runsOf8(base, in, elem) && runsOf8(a, lda, elem);
-  const int64_t units = runs ? in / 8 : in;
-  const dim3 grid(std::min<unsigned>(blocksFor(units, kThreads), 64), unsigned((out + kRows - 1) / kRows));
+  const int64_t units = runs ? in / 4 : in;
+  // 16 rows a block where their b fits in 48 KB of shared memory (k <= 768), else 8.
+  const int rows = k <= 768 ? 16 : 8;
+  const dim3 grid(std::min<unsigned>(blocksFor(units, kThreads), 64), unsigned((out + rows - 1) / rows));
   withFloat(dt, [&](auto t) {
     using T = decltype(t);
     auto run = [&](auto kernel) {
-      launch("loraMerge kernel", kernel, grid, kThreads, kRows * k * sizeof(float), static_cast<T*>(w), ldw,
+      launch("loraMerge kernel", kernel, grid, kThreads, rows * k * sizeof(float), static_cast<T*>(w), ldw,
              static_cast<const T*>(base), static_cast<const T*>(b), ldb, static_cast<const T*>(a), lda, out, in, int(k));
     };
-    if (runs) run(loraMergeKernel<T, 8>);
-    else run(loraMergeKernel<T, 1>);
+    if (runs) rows == 16 ? run(loraMergeKernel<T, 4, 16>) : run(loraMergeKernel<T, 4, 8>);
+    else rows == 16 ? run(loraMergeKernel<T, 1, 16>) : run(loraMergeKernel<T, 1, 8>);
   });
 }
 
