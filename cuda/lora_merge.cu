@@ -4,10 +4,13 @@
 // in runs of V, each summing its run of a over the rank for all R rows: a is read once
 // per R rows, base and w once. Qwen3-0.6B's adapted weights (0.82 GiB, bench/merge.mjs):
 // 8 rows a block in single elements 4.31 ms, in runs of 8 3.08 ms (a read from L2 six times W's
-// bytes at qkv's rank 48); hence 16 rows in runs of 4, the rank's loads four at a time.
+// bytes at qkv's rank 48); hence 16 rows in runs of 4, the rank's loads four at a time: 2.72 ms,
+// and Qwen3-8B's 12.94 GiB 28.8 ms (963 GB/s), bound by its FMAs (k of them an element). In
+// bf16, where k is 16 to 64, the products go to tensor cores instead (loraMergeMmaKernel).
 #include "gpu_ops.h"
 
 #include "common.cuh"
+#include "mma.cuh"
 
 namespace mstar::gpu {
 namespace {
@@ -50,11 +53,83 @@ __global__ void loraMergeKernel(T* w, int64_t ldw, const T* base, const T* b, in
   }
 }
 
+// bf16, k = 16 KC, in a multiple of 64: a warp takes 16 rows and walks the columns 64 at a
+// time, D = b[16 rows, k] · a[k, 8 columns] by mma.m16n8k16 for each 8 columns. b's rows are
+// the A operand, loaded once a warp; a's 8 x 8 tiles load as rows (two neighbouring columns a
+// lane) and movmatrix turns them into the column-major B operand.
+constexpr int kMmaWarps = 4;
+
+__device__ __forceinline__ uint32_t load2(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+template <int KC>
+__global__ void loraMergeMmaKernel(bf16* w, int64_t ldw, const bf16* base, const bf16* b, int64_t ldb, const bf16* a,
+                                   int64_t lda, int64_t out, int64_t in) {
+  awaitPrior();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+  const int64_t o0 = (int64_t(blockIdx.y) * kMmaWarps + warp) * 16;
+  if (o0 >= out) return;
+  // Rows past out read the last row (valid memory); their outputs are not stored.
+  const int64_t r0 = min(o0 + g, out - 1), r8 = min(o0 + g + 8, out - 1);
+  uint32_t fb[KC][4];
+#pragma unroll
+  for (int kc = 0; kc < KC; ++kc) {
+    const bf16 *p0 = b + r0 * ldb + 16 * kc + 2 * q, *p8 = b + r8 * ldb + 16 * kc + 2 * q;
+    fb[kc][0] = load2(p0);
+    fb[kc][1] = load2(p8);
+    fb[kc][2] = load2(p0 + 8);
+    fb[kc][3] = load2(p8 + 8);
+  }
+  for (int64_t i0 = int64_t(blockIdx.x) * 64; i0 < in; i0 += int64_t(gridDim.x) * 64) {
+    float d[8][4] = {};
+#pragma unroll
+    for (int kc = 0; kc < KC; ++kc) {
+      const bf16* ap = a + (16 * kc + g) * lda + i0 + 2 * q;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) mma(d[j], fb[kc], transposed8x8(load2(ap + 8 * j)), transposed8x8(load2(ap + 8 * lda + 8 * j)));
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // rows g and g + 8
+      const int64_t o = o0 + g + 8 * h;
+      if (o >= out) break;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int64_t col = i0 + 8 * j + 2 * q;
+        const float2 loaded = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(base + o * in + col));
+        *reinterpret_cast<__nv_bfloat162*>(w + o * ldw + col) =
+            __floats2bfloat162_rn(loaded.x + d[j][2 * h], loaded.y + d[j][2 * h + 1]);
+      }
+    }
+  }
+}
+
+// Whether the tensor-core kernel takes this merge: bf16, k = 16 to 64 in steps of 16, whole runs
+// of 64 columns, and every pair of elements it loads or stores 4-byte aligned.
+bool mergeOnMma(DType dt, const void* w, int64_t ldw, const void* base, const void* b, int64_t ldb, const void* a,
+                int64_t lda, int64_t in, int64_t k) {
+  const auto even = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 4 == 0; };
+  return dt == DType::BF16 && k % 16 == 0 && k <= 64 && in % 64 == 0 && ldw % 2 == 0 && ldb % 2 == 0 && lda % 2 == 0 &&
+         even(w) && even(base) && even(b) && even(a);
+}
+
 }  // namespace
 
 void loraMerge(DType dt, void* w, int64_t ldw, const void* base, const void* b, int64_t ldb, const void* a, int64_t lda,
                int64_t out, int64_t in, int64_t k) {
   if (out * in == 0) return;
+  if (mergeOnMma(dt, w, ldw, base, b, ldb, a, lda, in, k)) {
+    const dim3 grid(unsigned(std::min<int64_t>(in / 64, 16)), unsigned((out + 16 * kMmaWarps - 1) / (16 * kMmaWarps)));
+    auto run = [&](auto kernel) {
+      launch("loraMerge mma kernel", kernel, grid, 32 * kMmaWarps, 0, static_cast<bf16*>(w), ldw, static_cast<const bf16*>(base),
+             static_cast<const bf16*>(b), ldb, static_cast<const bf16*>(a), lda, out, in);
+    };
+    switch (k / 16) {
+      case 1: run(loraMergeMmaKernel<1>); break;
+      case 2: run(loraMergeMmaKernel<2>); break;
+      case 3: run(loraMergeMmaKernel<3>); break;
+      default: run(loraMergeMmaKernel<4>); break;
+    }
+    return;
+  }
   const size_t elem = dtypeSize(dt);
   const bool runs = runsOf8(w, ldw, elem) && runsOf8(base, in, elem) && runsOf8(a, lda, elem);
   const int64_t units = runs ? in / 4 : in;

@@ -1,18 +1,23 @@
-// loraMerge on CUDA against the CPU backend: every float dtype, rows not a multiple of the
-// kernel's 8, columns past its 64 blocks × 256 threads, b beside W in the same tensor (as the
-// pool's widened weight), the columns past W's untouched.
+// loraMerge on CUDA against the CPU backend: every float dtype, the tensor-core kernel (bf16,
+// k of 16 to 64) and the other, rows not a multiple of either's tile, columns past the other's
+// 64 blocks, b beside W in the same tensor (as the pool's widened weight), the columns past W's
+// untouched.
 import { expect, it } from 'vitest';
 
 import { addon, describeGpu, floats, Rng, tol, WEIGHT_DTYPES, type FloatDType } from './helpers.js';
 
-// [out, in, k]
-const CASES: [number, number, number][] = [[6, 10, 3], [13, 1024, 48], [1024, 1024, 16], [16, 20000, 8], [24, 96, 1536]];
+// [out, in, k, w's columns past in + 2k]: bf16 with k = 16 to 64, in a multiple of 64 and even
+// rows takes the tensor-core kernel (rows past a warp's 16 or a block's 64 too); the rest the other.
+const CASES: [number, number, number, number][] = [
+  [6, 10, 3, 5], [13, 1024, 48, 5], [1024, 1024, 16, 6], [16, 20000, 8, 6], [24, 96, 1536, 6],
+  [40, 192, 16, 6], [70, 128, 32, 2], [33, 1024, 48, 0], [100, 4096, 64, 8],
+];
 
 describeGpu('cuda loraMerge', () => {
-  for (const dt of WEIGHT_DTYPES) for (const [out, inF, k] of CASES) {
-    it(`${dt}: ${out} rows, in ${inF}, k ${k}, b beside W`, () => {
+  for (const dt of WEIGHT_DTYPES) for (const [out, inF, k, pad] of CASES) {
+    it(`${dt}: ${out} rows, in ${inF}, k ${k}, rows of ${inF + 2 * k + pad}, b beside W`, () => {
       const rng = new Rng(out + inF + k);
-      const width = inF + 2 * k + 5, aRows = k + 3, aRow = 2, bCol = inF + k;
+      const width = inF + 2 * k + pad, aRows = k + 3, aRow = 2, bCol = inF + k;
       const w = addon.fromArray(dt, [out, width], rng.floats(out * width, -0.05, 0.05));
       const base = addon.fromArray(dt, [out, inF], rng.floats(out * inF, -0.05, 0.05));
       const a = addon.fromArray(dt, [aRows, inF], rng.floats(aRows * inF, -0.1, 0.1));
