@@ -71,3 +71,30 @@ describe('LoRA over HTTP', () => {
     expect(await (await fetch(`${s.url}/v1/models`)).json()).toEqual(before);
   });
 });
+
+describe('LoRA over HTTP, merge_after_steps', () => {
+  const served = names.slice(0, 3);  // q/v, every linear, the MLP: none adapts the embedding or lm_head
+  let s: RealServer;
+  beforeAll(async () => {
+    s = await startServer((c) => {
+      c.resources.lora = {
+        slots: 2, max_rank: 16, host_cache: 8, slice_steps: 16, merge_after_steps: 2,
+        targets: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'],
+        adapters: served.map((n) => ({ name: n, path: join(FIXTURES, fx.adapters[n].path) })), runtime_updates: false,
+      };
+    });
+  });
+  afterAll(() => s.close());
+
+  it('an adapter alone is merged (the metric counts it); each adapter after it still gets its HF + PEFT tokens', async () => {
+    expect(served.some((n) => fx.adapters[n].path.includes('embed'))).toBe(false);
+    for (const n of served) {
+      const c = fx.adapters[n].cases[0];
+      const ids = await completionTokens(await s.post('/v1/completions', {
+        model: n, prompt: c.prompt_ids, max_tokens: c.output_ids.length, temperature: 0, ignore_eos: true, logprobs: 0, return_tokens_as_token_ids: true,
+      }), false);
+      expect(ids).toEqual(c.output_ids);
+    }
+    expect(await s.metric('mstar:lora_merges_total')).toBe(served.length);
+  });
+});
