@@ -1,5 +1,6 @@
 // Adapters over HTTP: the OpenAI `model` field picks the adapter (HF + PEFT tokens), the
-// model list shows them, and runtime load/unload works and refuses bad adapters cleanly.
+// model list shows them, runtime load/unload works and refuses bad adapters cleanly, and
+// merge_after_steps merges an adapter running alone without changing its tokens.
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
