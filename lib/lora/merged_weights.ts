@@ -48,14 +48,25 @@ export class MergedWeights {
     return slot > 0 && [...this.pool.targets.values()].every((t) => t.bCol > 0 || !this.pool.holds(t, slot));
   }
 
-  /** Merges the adapter in `slot` (mergeable) into the weights, unmerging any other first; in stream order. */
+  /**
+   * Merges the adapter in `slot` (mergeable) into the weights, unmerging any other first; in
+   * stream order. The kernels that read W may start loading it before their wait (no op of a
+   * step writes weights: cuda/common.cuh), which is safe here because the engine merges only
+   * between steps, and a step begins with its inputs' upload, a copy that no kernel after it
+   * overtakes. A merge that fails partway puts every weight back.
+   */
   merge(slot: number): void {
     if (!this.mergeable(slot)) throw new Error(`LoRA pool: the adapter in slot ${slot} cannot be merged`);
     this.unmerge();
     this.changed = [...this.pool.targets.values()].filter((t) => t.bCol > 0 && this.pool.holds(t, slot));
-    for (const t of this.changed) {
-      const k = t.bCols / this.pool.numSlots;
-      addon.loraMerge(t.bAll, this.loaded.get(t.name)!, t.bAll, t.bCol + slot * k, t.aAll, slot * k, k);
+    try {
+      for (const t of this.changed) {
+        const k = t.bCols / this.pool.numSlots;
+        addon.loraMerge(t.bAll, this.loaded.get(t.name)!, t.bAll, t.bCol + slot * k, t.aAll, slot * k, k);
+      }
+    } catch (e) {
+      this.unmerge();
+      throw e;
     }
     this.pool.merged = slot;
     this.merges++;

@@ -130,10 +130,17 @@ export function slotWeightsBytes(
   return shapes.reduce((n, t) => n + floatBytes(placement.act) * (elements(t.a) + bElements(t)), staging);
 }
 
-/** Device bytes of the loaded W that merging keeps (merged_weights.ts): every projection whose b sits beside W. */
-export function mergeCopyBytes(config: ModelConfig, rank: number, targets: ReadonlySet<string>, placement: Placement): number {
+/**
+ * Device bytes of the loaded W that merging keeps (merged_weights.ts): every projection whose b
+ * sits beside W, in the widened weight's dtype (f32 where the weights or the activations are,
+ * see widen). weights: the dtype the model's weights are stored in.
+ */
+export function mergeCopyBytes(
+  config: ModelConfig, rank: number, targets: ReadonlySet<string>, placement: Placement, weights: FloatDType,
+): number {
+  const elem = weights === 'f32' || placement.act === 'f32' ? 4 : floatBytes(weights);
   return targetShapes(config, 1, rank, targets).filter((t) => t.beside)
-    .reduce((n, t) => n + floatBytes(placement.act) * t.weight.shape[0] * t.weight.shape[1], 0);
+    .reduce((n, t) => n + elem * t.weight.shape[0] * t.weight.shape[1], 0);
 }
 
 /**

@@ -3,7 +3,7 @@
 // loaded weights bit for bit, and what cannot merge (an adapter on the embedding or lm_head)
 // or must not be overwritten (a merged slot's load) is refused. fp32 on the CPU.
 import { ALL_TARGETS } from '../../lib/lora/adapter.js';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 
 import { addon, type Tensor } from '../../lib/addon/index.js';
 import { locateModule } from '../../lib/checkpoint/locate.js';
@@ -89,6 +89,29 @@ describe('an adapter merged into the weights', () => {
     } finally {
       model.lora = undefined;
       q.lora.dispose();
+    }
+  });
+
+  it('a merge that fails partway puts every weight back and merges nothing', async () => {
+    const { lora, slot } = await pool(['q_proj', 'o_proj', 'down_proj'].map((m, l) => spec(`model.layers.${l}.${m === 'down_proj' ? 'mlp' : 'self_attn'}.${m}`, 8)), ['q_proj', 'o_proj', 'down_proj']);
+    const loaded = snapshot();
+    const real = addon.loraMerge;
+    let calls = 0;
+    const spy = vi.spyOn(addon, 'loraMerge').mockImplementation((...args) => {
+      if (++calls === 2) throw new Error('loraMerge: out of memory');
+      real(...args);
+    });
+    try {
+      lora.beforeStep([slot], false);
+      expect(() => lora.beforeStep([slot], false)).toThrow(/out of memory/);
+      expect(calls).toBe(2);
+      expect(lora.weights.merged).toBe(0);
+      for (const [name, w] of model.weights) expect(addon.maxAbsDiff(w, loaded.get(name)!), name).toBe(0);
+    } finally {
+      spy.mockRestore();
+      loaded.forEach((t) => t.dispose());
+      model.lora = undefined;
+      lora.dispose();
     }
   });
 
