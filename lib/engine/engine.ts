@@ -251,7 +251,8 @@ export class Engine {
       console.error(opTimes.line('before the first step'));
       opTimes.reset();
     }
-    if (this.lora) this.mergeOrNot(this.lora, batch);
+    // (Without merge_after_steps, no step pays for the rows' slots and the waiting queue's scan.)
+    if (this.lora?.canMerge) this.mergeOrNot(this.lora, batch);
     const launched = this.timed('launch', () => this.runner.launch(batch, prev));
     this.advance(batch);
     this.register(batch);

@@ -185,6 +185,11 @@ export class LoraManager {
     this.step++;
   }
 
+  /** Whether adapters may be merged into the weights (mergeAfterSteps): only then is beforeStep called. */
+  get canMerge(): boolean {
+    return this.merged !== undefined;
+  }
+
   /**
    * Before a step is launched, with each of its rows' slots: merges the adapter that has run
    * alone long enough, or unmerges the one merged where the step runs anything else (in
