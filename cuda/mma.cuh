@@ -1,5 +1,5 @@
 // The tensor-core instructions the kernels use (sm_80 and up): mma.m16n8k16, bf16 in, f32
-// accumulators, and movmatrix to transpose a fragment. Fragment layouts (PTX ISA, "Matrix
+// accumulators, and movmatrix or ldmatrix.trans to transpose 8 x 8 tiles. Fragment layouts (PTX ISA, "Matrix
 // Fragments for mma.m16n8k16"), with g = lane / 4 and q = lane % 4:
 //   A (16 x 16, row-major), a[0..3]: (row g, k 2q..2q+1), (row g+8, k 2q..), (row g, k 2q+8..),
 //     (row g+8, k 2q+8..)
@@ -29,6 +29,16 @@ __device__ __forceinline__ uint32_t transposed8x8(uint32_t v) {
   uint32_t t;
   asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(t) : "r"(v));
   return t;
+}
+
+// Four 8 x 8 tiles of 16-bit elements in shared memory, each loaded transposed (ldmatrix.trans):
+// lanes 8j..8j+7 pass the addresses of tile j's 8 rows (16 bytes each, 16-byte aligned), and
+// r[j] is then the lane's pair of tile j's transpose (as transposed8x8 would give). A k-major
+// 16 x 16 block of B (k rows of n) gives two n-tiles' b0, b1 in one call.
+__device__ __forceinline__ void loadTransposed4(uint32_t (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(unsigned(__cvta_generic_to_shared(row))));
 }
 
 }  // namespace mstar::gpu
