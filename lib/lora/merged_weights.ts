@@ -10,6 +10,17 @@ import { addon, type FloatDType, type Tensor } from '../addon/index.js';
 import { floatBytes } from '../models/placement.js';
 import type { LoraTarget, SlotWeights } from './slot_weights.js';
 
+/**
+ * While an adapter is merged: each widened weight it changed, to its copy as loaded. A pool
+ * made meanwhile on the same model (an engine that was not closed) widens that, not the sum.
+ */
+const AS_LOADED = new WeakMap<Tensor, Tensor>();
+
+/** The weight as loaded: `w` itself unless an adapter is merged into it. */
+export function asLoaded(w: Tensor): Tensor {
+  return AS_LOADED.get(w) ?? w;
+}
+
 export class MergedWeights {
   /** Per projection whose b sits beside W: W as loaded, [out, in], in the widened weight's dtype. */
   private readonly loaded = new Map<string, Tensor>();
@@ -62,6 +73,7 @@ export class MergedWeights {
     try {
       for (const t of this.changed) {
         const k = t.bCols / this.pool.numSlots;
+        AS_LOADED.set(t.bAll, this.loaded.get(t.name)!);
         addon.loraMerge(t.bAll, this.loaded.get(t.name)!, t.bAll, t.bCol + slot * k, t.aAll, slot * k, k);
       }
     } catch (e) {
@@ -74,7 +86,10 @@ export class MergedWeights {
 
   /** Puts back the loaded weights (nothing where no slot is merged); in stream order. */
   unmerge(): void {
-    for (const t of this.changed) addon.copyRegion(t.bAll, this.loaded.get(t.name)!, 0, 0, 1, false);
+    for (const t of this.changed) {
+      addon.copyRegion(t.bAll, this.loaded.get(t.name)!, 0, 0, 1, false);
+      AS_LOADED.delete(t.bAll);
+    }
     this.changed = [];
     this.pool.merged = 0;
   }

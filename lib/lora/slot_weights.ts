@@ -26,6 +26,7 @@ import { engineWeights } from '../checkpoint/rules.js';
 import { moduleName } from './adapter.js';
 import type { HostAdapter } from './host_adapter.js';
 import { ImageLayout } from './slot_image.js';
+import { asLoaded } from './merged_weights.js';
 import { CPU, floatBytes, type Placement } from '../models/placement.js';
 
 export interface LoraTarget {
@@ -263,8 +264,8 @@ export class SlotWeights {
    * The model's weight `name` ([out, cols]) widened to `width` columns (zeros past its own),
    * in its place in the model's weights, as the first rows of a tensor with `below` zero rows
    * more for A (EXT gives the whole; widen's caller takes that reference). A weight another
-   * pool widened (an engine that was not closed) gives its first cols columns and stays that
-   * pool's. Its dtype: the weight's, or f32 where either the weight or the activations are (the
+   * pool widened (an engine that was not closed) gives its first cols columns as loaded (not
+   * with that pool's merged adapter) and stays that pool's. Its dtype: the weight's, or f32 where either the weight or the activations are (the
    * CPU computes in f32 with bf16 weights: W is widened exactly, and b keeps f32 as the
    * kernels' b would).
    */
@@ -275,7 +276,7 @@ export class SlotWeights {
     const ext = addon.zeros(dtype, [w.shape[0] + below, width], w.device);
     const wide = ext.narrow(0, w.shape[0]);
     EXT.set(wide, ext);
-    addon.copyRegion(wide, w, 0, 0, 1, false, cols);
+    addon.copyRegion(wide, asLoaded(w), 0, 0, 1, false, cols);
     this.base.set(name, wide);
     LOADED_DTYPE.set(wide, LOADED_DTYPE.get(w) ?? w.dtype as FloatDType);
     if (w.shape[1] === cols) w.dispose();

@@ -9,6 +9,7 @@ import { addon, type Tensor } from '../../lib/addon/index.js';
 import { locateModule } from '../../lib/checkpoint/locate.js';
 import { LoraManager } from '../../lib/lora/manager.js';
 import { MergePolicy } from '../../lib/lora/merge_policy.js';
+import { SlotWeights } from '../../lib/lora/slot_weights.js';
 import { loadModel } from '../../lib/models/index.js';
 import { FIXTURES } from '../parity/fixture.js';
 import { relativeError } from '../parity/greedy_rule.js';
@@ -121,6 +122,28 @@ describe('an adapter merged into the weights', () => {
     lora.beforeStep([slot], false);
     lora.beforeStep([slot], false);
     expect(lora.weights.merged).toBe(slot);
+    model.lora = undefined;
+    lora.dispose();
+    for (const [name, w] of model.weights) expect(addon.maxAbsDiff(w, before.get(name)!), name).toBe(0);
+    before.forEach((t) => t.dispose());
+  });
+
+  it('a pool made on the model while another has an adapter merged takes the loaded weights', async () => {
+    const before = snapshot();
+    const { lora, slot } = await pool([spec('model.layers.0.mlp.down_proj', 8)], ['down_proj']);
+    lora.beforeStep([slot], false);
+    lora.beforeStep([slot], false);
+    expect(lora.weights.merged).toBe(slot);
+    const second = new SlotWeights(c, 2, 8, new Set(['down_proj']), model.weights);
+    const names = [...second.targets.values()].filter((t) => t.bCol > 0).map((t) => t.name);
+    expect(names.length).toBe(c.numLayers);
+    for (const name of names) {
+      const w = second.baseWeight(name);
+      expect(addon.maxAbsDiff(w, before.get(name)!), name).toBe(0);
+      w.dispose();
+    }
+    second.dispose();  // the model's down_proj weights are now its narrowed copies; the rest stay the first pool's
+    for (const name of names) expect(addon.maxAbsDiff(model.weights.get(name)!, before.get(name)!), name).toBe(0);
     model.lora = undefined;
     lora.dispose();
     for (const [name, w] of model.weights) expect(addon.maxAbsDiff(w, before.get(name)!), name).toBe(0);
