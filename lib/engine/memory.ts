@@ -33,7 +33,7 @@ export function memoryBesidesKv(
   const targets = o.lora && new Set(o.lora.targets);
   // The weights' dtype: the dtype option, else the checkpoint's as config.json names it.
   const weights = o.dtype ?? (config.torchDtype === 'float32' ? 'f32' : config.torchDtype === 'float16' ? 'f16' : 'bf16');
-  const loraPool = o.lora ? slotWeightsBytes(config, o.lora.slots + 1, o.lora.maxRank, targets!, placement) +
+  const loraPool = o.lora ? slotWeightsBytes(config, o.lora.slots + 1, o.lora.maxRank, targets!, placement, weights) +
     (o.lora.mergeAfterSteps !== undefined ? mergeCopyBytes(config, o.lora.maxRank, targets!, placement, weights) : 0) : 0;
   const widths = o.lora ? poolWidths(config, o.lora.slots + 1, o.lora.maxRank, targets!) : undefined;
   const cuda = placement.device === 'cuda';

@@ -113,33 +113,43 @@ function imageLayout(
   return layout;
 }
 
+/** A widened weight's dtype: the weights', or f32 where the weights or the activations are (see widen). */
+function widenedDtype(weights: FloatDType, placement: Placement): FloatDType {
+  return weights === 'f32' || placement.act === 'f32' ? 'f32' : weights;
+}
+
 /**
  * Device bytes a pool of these slots (slot 0 included) takes: a and b of every target, and
- * the staging tensors an image goes through, in the activation dtype.
+ * the staging tensors an image goes through, in the activation dtype, but b beside W and A
+ * beneath it in the widened weight's (f32 weights on CUDA: 4 bytes, not the activations' 2).
+ * weights: the dtype the model's weights are stored in.
  */
 export function slotWeightsBytes(
   config: ModelConfig, numSlots: number, rank: number, targets: ReadonlySet<string>, placement: Placement,
+  weights: FloatDType = placement.act,
 ): number {
   const elements = (shape: number[]) => shape.reduce((n, d) => n * d, 1);
-  const bElements = (t: TargetShape) => {
-    if (!t.beside) return elements(t.b);
-    const [rows, cols] = t.weight.shape, bCols = t.b[1] * t.b[2];
-    return rows * (wideWidth(cols, bCols) - cols) + bCols * wideWidth(cols, bCols) + bCols * rows;  // b beside W, A beneath, bT
+  const wideDtype = widenedDtype(weights, placement), act = floatBytes(placement.act), wide = floatBytes(wideDtype);
+  const bytes = (t: TargetShape) => {
+    if (!t.beside) return act * (elements(t.a) + elements(t.b));
+    const [rows, cols] = t.weight.shape, bCols = t.b[1] * t.b[2], width = wideWidth(cols, bCols);
+    // bT (the decode kernels' copy of b) only where the widened weight is in the activations' dtype.
+    const bT = wideDtype === placement.act ? bCols * rows : 0;
+    return wide * (rows * (width - cols) + bCols * width) + act * (elements(t.a) + bT);
   };
   const shapes = targetShapes(config, numSlots, rank, targets);
-  const staging = imageLayout(shapes, rank, placement.act, () => placement.act).bytes;
-  return shapes.reduce((n, t) => n + floatBytes(placement.act) * (elements(t.a) + bElements(t)), staging);
+  const staging = imageLayout(shapes, rank, placement.act, (t) => t.beside ? wideDtype : placement.act).bytes;
+  return shapes.reduce((n, t) => n + bytes(t), staging);
 }
 
 /**
  * Device bytes of the loaded W that merging keeps (merged_weights.ts): every projection whose b
- * sits beside W, in the widened weight's dtype (f32 where the weights or the activations are,
- * see widen). weights: the dtype the model's weights are stored in.
+ * sits beside W, in the widened weight's dtype. weights: the dtype the model's weights are stored in.
  */
 export function mergeCopyBytes(
   config: ModelConfig, rank: number, targets: ReadonlySet<string>, placement: Placement, weights: FloatDType,
 ): number {
-  const elem = weights === 'f32' || placement.act === 'f32' ? 4 : floatBytes(weights);
+  const elem = floatBytes(widenedDtype(weights, placement));
   return targetShapes(config, 1, rank, targets).filter((t) => t.beside)
     .reduce((n, t) => n + elem * t.weight.shape[0] * t.weight.shape[1], 0);
 }
@@ -272,7 +282,7 @@ export class SlotWeights {
   private widen(name: string, cols: number, width: number, below: number): Tensor {
     const w = this.base.get(name);
     if (!w) throw new Error(`LoRA pool: the model has no weight ${name}`);
-    const dtype = w.dtype === 'f32' || this.placement.act === 'f32' ? 'f32' : w.dtype as FloatDType;
+    const dtype = widenedDtype(w.dtype as FloatDType, this.placement);
     const ext = addon.zeros(dtype, [w.shape[0] + below, width], w.device);
     const wide = ext.narrow(0, w.shape[0]);
     EXT.set(wide, ext);
