@@ -2,8 +2,9 @@
 // merged once `afterSteps` steps in a row have run only that adapter's rows with no request
 // for anything else waiting, unmerged before the first step that runs anything else (a base
 // row, another adapter). A merge and its unmerge each rewrite the adapted weights once (on an
-// H200 ~3 ms together at Qwen3-0.6B, ~30 ms at Qwen3-8B), so only a run of one adapter that has
-// lasted is merged: at 32 steps, 8B requests of 64 tokens taking turns lost 10% (bench/RESULTS.md).
+// H200 1.6 ms together at Qwen3-0.6B, 15.6 ms at Qwen3-8B), so only a run of one adapter that
+// has lasted is merged: at 16 steps, 8B requests of 64 tokens taking turns lost 4% where 0.6B's
+// gained 12% (bench/RESULTS.md).
 export class MergePolicy {
   /** The adapter slot the last steps ran alone (0: none), and for how many steps in a row. */
   private slot = 0;
