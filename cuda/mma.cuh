@@ -1,6 +1,6 @@
 // The tensor-core instructions the kernels use (sm_80 and up): mma.m16n8k16, bf16 in, f32
-// accumulators, and movmatrix or ldmatrix.trans to transpose 8 x 8 tiles. Fragment layouts (PTX ISA, "Matrix
-// Fragments for mma.m16n8k16"), with g = lane / 4 and q = lane % 4:
+// accumulators, and movmatrix or ldmatrix.trans to transpose 8 x 8 tiles. Fragment layouts
+// (PTX ISA, "Matrix Fragments for mma.m16n8k16"), with g = lane / 4 and q = lane % 4:
 //   A (16 x 16, row-major), a[0..3]: (row g, k 2q..2q+1), (row g+8, k 2q..), (row g, k 2q+8..),
 //     (row g+8, k 2q+8..)
 //   B (16 x 8, column-major), b0, b1: (k 2q..2q+1, column g), (k 2q+8..2q+9, column g)

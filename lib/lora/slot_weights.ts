@@ -275,9 +275,9 @@ export class SlotWeights {
    * in its place in the model's weights, as the first rows of a tensor with `below` zero rows
    * more for A (EXT gives the whole; widen's caller takes that reference). A weight another
    * pool widened (an engine that was not closed) gives its first cols columns as loaded (not
-   * with that pool's merged adapter) and stays that pool's. Its dtype: the weight's, or f32 where either the weight or the activations are (the
-   * CPU computes in f32 with bf16 weights: W is widened exactly, and b keeps f32 as the
-   * kernels' b would).
+   * with that pool's merged adapter) and stays that pool's. Its dtype: widenedDtype, the
+   * weight's or f32 where either the weight or the activations are (the CPU computes in f32
+   * with bf16 weights: W is widened exactly, and b keeps f32 as the kernels' b would).
    */
   private widen(name: string, cols: number, width: number, below: number): Tensor {
     const w = this.base.get(name);
