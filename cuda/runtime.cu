@@ -345,11 +345,20 @@ void Fence::record() {
   requireNotCapturing("recording a fence");
   if (!event_) {
     cudaEvent_t e = nullptr;
-    check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    check(cudaEventCreateWithFlags(&e, timed_ ? cudaEventDefault : cudaEventDisableTiming), "cudaEventCreate");
     event_ = e;
   }
   check(cudaEventRecord(static_cast<cudaEvent_t>(event_), stream()), "cudaEventRecord");
   recorded_ = true;
+}
+
+float Fence::msSince(const Fence& earlier) const {
+  if (!timed_ || !earlier.timed_) throw Error("fence.msSince: both fences must be timed");
+  if (!recorded_ || !earlier.recorded_) throw Error("fence.msSince: both fences must be recorded");
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(earlier.event_), static_cast<cudaEvent_t>(event_)),
+        "cudaEventElapsedTime");
+  return ms;
 }
 
 void Fence::wait() {

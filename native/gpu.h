@@ -119,21 +119,25 @@ class Staging {
 };
 
 // A marker in the stream (a CUDA event): record() marks the ops enqueued so far, wait()
-// returns once they ran, done() says whether they have without waiting. None may be called
-// while a graph is being captured.
+// returns once they ran, done() says whether they have without waiting. A timed fence also
+// tells the GPU time between two of them (msSince). None may be called while a graph is
+// being captured.
 class Fence {
  public:
-  Fence() = default;
+  explicit Fence(bool timed = false) : timed_(timed) {}
   ~Fence();
   Fence(const Fence&) = delete;
   Fence& operator=(const Fence&) = delete;
   void record();
   void wait();  // returns at once if never recorded
   bool done();  // true if never recorded
+  // Milliseconds from `earlier` to this one; both timed, recorded and passed.
+  float msSince(const Fence& earlier) const;
 
  private:
   void* event_ = nullptr;  // cudaEvent_t
   bool recorded_ = false;
+  bool timed_;
 };
 
 // ---- CUDA graphs ------------------------------------------------------------------------

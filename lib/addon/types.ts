@@ -63,6 +63,19 @@ export interface Fence {
   dispose(): void;
 }
 
+/** Two timed marks in the cuda stream: the GPU time between them. */
+export interface GpuTimer {
+  /** Marks the ops enqueued so far as the start; returns at once. */
+  start(): void;
+  /** Marks the ops enqueued so far as the end; returns at once. */
+  stop(): void;
+  /** Whether the GPU has passed stop(), without waiting. */
+  done(): boolean;
+  /** Milliseconds from start() to stop() on the GPU; throws until done(). */
+  ms(): number;
+  dispose(): void;
+}
+
 /** One region of an upload: see Binding.upload. */
 export interface UploadRegion {
   dst: Tensor;
@@ -202,6 +215,8 @@ export interface Binding {
   captureGraph(fn: () => void): Graph;
   /** A fence on the cuda stream (recording it throws on a build or machine without CUDA). */
   fence(): Fence;
+  /** A timer on the cuda stream (starting it throws on a build or machine without CUDA). */
+  timer(): GpuTimer;
 
   embedding(out: Tensor, table: Tensor, ids: Tensor): void;
   /**

@@ -9,10 +9,14 @@ interface SchemaNode {
   exclusiveMinimum?: number;
   minLength?: number;
   properties?: Record<string, unknown>;
+  const?: unknown;
+  anyOf?: readonly SchemaNode[];
 }
 
-/** "an integer >= 1", "one of "auto", "cpu", "cuda"", … */
+/** "an integer >= 1", "one of "auto", "cpu", "cuda"", "an integer >= 1 or "auto"", … */
 export function describeExpected(node: SchemaNode): string {
+  if (node.anyOf) return node.anyOf.map(describeExpected).join(' or ');
+  if (node.const !== undefined) return JSON.stringify(node.const);
   if (node.enum) return `one of ${node.enum.map((v) => JSON.stringify(v)).join(', ')}`;
   switch (node.type) {
     case 'integer':
@@ -50,6 +54,8 @@ export function describeErrors(errors: readonly ErrorObject[], labelOf: (path: s
   const seen = new Set<string>();
   const lines: string[] = [];
   for (const e of errors) {
+    // A value that fits none of anyOf's choices: the anyOf error names them all, not each choice's.
+    if (e.schemaPath.includes('/anyOf/')) continue;
     let path: string;
     let text: string;
     if (e.keyword === 'additionalProperties') {

@@ -34,7 +34,8 @@ export interface LoraConfig {
   host_cache: number;
   /** Engine steps an adapter keeps a slot others wait for before it hands it over. */
   slice_steps: number;
-  merge_after_steps?: number;
+  /** Steps one adapter runs alone before it is merged into the weights, or 'auto' (measured). */
+  merge_after_steps?: number | 'auto';
   /**
    * HF module names adapters may target. Absent: those the listed adapters target, where
    * runtime_updates is off; else every target (lora/pool_targets.ts).
@@ -92,7 +93,7 @@ export const serveConfigSchema = {
             max_rank: { type: 'integer', minimum: 1, maximum: 512, default: 16 },
             host_cache: { type: 'integer', minimum: 1, default: 32 },
             slice_steps: { type: 'integer', minimum: 1, default: 16 },
-            merge_after_steps: { type: 'integer', minimum: 1 },
+            merge_after_steps: { anyOf: [{ type: 'integer', minimum: 1 }, { const: 'auto' }] },
             targets: {
               type: 'array', minItems: 1, uniqueItems: true,
               items: { type: 'string', enum: ALL_TARGETS },

@@ -253,7 +253,14 @@ export class Engine {
     }
     // (Without merge_after_steps, no step pays for the rows' slots and the waiting queue's scan.)
     if (this.lora?.canMerge) this.mergeOrNot(this.lora, batch);
-    const launched = this.timed('launch', () => this.runner.launch(batch, prev));
+    // merge_after_steps 'auto' weighs decode steps' GPU times.
+    const watch = this.lora?.timesSteps ? this.lora.timeStep(batch.map((e) => e.seq.slot), batch.every((e) => e.count === 1)) : undefined;
+    let launched: Launched;
+    try {
+      launched = this.timed('launch', () => this.runner.launch(batch, prev));
+    } finally {
+      watch?.stop();
+    }
     this.advance(batch);
     this.register(batch);
     if (overlapped) this.inFlight = launched;

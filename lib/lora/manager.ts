@@ -6,6 +6,7 @@ import type { Model } from '../models/index.js';
 import { readAdapter, type AdapterLimits } from './adapter.js';
 import { AdapterError } from './errors.js';
 import { HostAdapter } from './host_adapter.js';
+import { MergeCosts, type Stopwatch } from './merge_costs.js';
 import { MergedWeights } from './merged_weights.js';
 import { MergePolicy } from './merge_policy.js';
 import { SlotTable } from './slots.js';
@@ -26,9 +27,10 @@ export interface LoraOptions {
   /**
    * Steps in a row that run one adapter alone before it is merged into the weights, so that
    * its steps cost what steps without adapters do (serve.yaml's merge_after_steps; absent:
-   * never merged, and no copy of the adapted weights is kept for it).
+   * never merged, and no copy of the adapted weights is kept for it). 'auto': once the run
+   * has paid in adapter overhead what a merge and an unmerge cost, both measured as it runs.
    */
-  mergeAfterSteps?: number;
+  mergeAfterSteps?: number | 'auto';
 }
 
 const SLICE_STEPS = 16;
@@ -57,6 +59,8 @@ export class LoraManager {
   /** Present where adapters may be merged into the weights (mergeAfterSteps). */
   private readonly merged?: MergedWeights;
   private readonly mergePolicy?: MergePolicy;
+  /** Present where merge_after_steps is 'auto': the step and merge times it weighs. */
+  private readonly costs?: MergeCosts;
   private readonly table: SlotTable;
   private readonly limits: AdapterLimits;
   private readonly byName = new Map<string, Registered>();
@@ -79,18 +83,28 @@ export class LoraManager {
     this.table = new SlotTable(options.slots);
     this.weights = new SlotWeights(model.config, options.slots + 1, options.maxRank, this.limits.targets, model.weights, model.placement);
     if (options.mergeAfterSteps !== undefined) {
+      let merged: MergedWeights;
       try {
-        this.merged = new MergedWeights(this.weights);
+        merged = this.merged = new MergedWeights(this.weights);
       } catch (e) {
         this.weights.dispose();
         throw e;
       }
-      this.mergePolicy = new MergePolicy(options.mergeAfterSteps);
+      if (options.mergeAfterSteps === 'auto') {
+        const costs = this.costs = new MergeCosts(model.placement.device);
+        this.mergePolicy = new MergePolicy('auto', {
+          overhead: (rows) => costs.overhead(rows),
+          mergeCost: (slot) => costs.mergeCost(merged.bytesOf(slot)),
+        });
+      } else {
+        this.mergePolicy = new MergePolicy(options.mergeAfterSteps);
+      }
     }
   }
 
   /** Frees the slots and the host copies (the engine closes); reads still in flight dispose what they bring. */
   dispose(): void {
+    this.costs?.dispose();
     this.merged?.dispose();
     this.weights.dispose();
     for (const h of this.host.values()) h.dispose();
@@ -197,10 +211,38 @@ export class LoraManager {
    */
   beforeStep(slots: readonly number[], othersWaiting: boolean): void {
     if (!this.merged || slots.length === 0) return;
-    const only = slots.every((s) => s === slots[0]) ? slots[0] : 0;
-    const act = this.mergePolicy!.next(only, this.merged.slot, othersWaiting);
-    if (act === 0) this.merged.unmerge();
-    else if (act !== undefined && this.merged.mergeable(act)) this.merged.merge(act);
+    this.costs?.collect();
+    const merged = this.merged, only = slots.every((s) => s === slots[0]) ? slots[0] : 0;
+    const act = this.mergePolicy!.next(only, merged.slot, othersWaiting, slots.length);
+    if (act === 0) this.timed('unmerge', merged.bytesOf(merged.slot), () => merged.unmerge());
+    else if (act !== undefined && merged.mergeable(act)) this.timed('merge', merged.bytesOf(act), () => merged.merge(act));
+  }
+
+  /** Whether steps are timed (merge_after_steps 'auto': timeStep). */
+  get timesSteps(): boolean {
+    return this.costs !== undefined;
+  }
+
+  /**
+   * With merge_after_steps 'auto', a stopwatch for the decode step about to be launched with
+   * these rows' slots, where it runs one kind of rows (none adapted, or one adapter's
+   * unmerged); the caller stops it once the step is enqueued. Else undefined.
+   */
+  timeStep(slots: readonly number[], decode: boolean): Stopwatch | undefined {
+    if (!this.costs || !decode || slots.length === 0) return undefined;
+    const run = slots.map((s) => this.weights.runSlot(s));
+    if (!run.every((s) => s === run[0])) return undefined;
+    return this.costs.start(run[0] === 0 ? 'plain' : 'adapted', slots.length);
+  }
+
+  /** f() (a merge or unmerge of `bytes`), timed where merge_after_steps is 'auto'. */
+  private timed(kind: 'merge' | 'unmerge', bytes: number, f: () => void): void {
+    const watch = this.costs?.start(kind, bytes);
+    try {
+      f();
+    } finally {
+      watch?.stop();
+    }
   }
 
   /** Called once per engine step, after scheduling: slots now running their adapter keep no reservation. */

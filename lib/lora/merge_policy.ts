@@ -1,31 +1,70 @@
 // When the engine merges an adapter into the weights (merged_weights.ts) and when it unmerges:
-// merged once `afterSteps` steps in a row have run only that adapter's rows with no request
-// for anything else waiting, unmerged before the first step that runs anything else (a base
-// row, another adapter). A merge and its unmerge each rewrite the adapted weights once (on an
-// H200 1.6 ms together at Qwen3-0.6B, 15.6 ms at Qwen3-8B), so only a run of one adapter that
-// has lasted is merged: at 16 steps, 8B requests of 64 tokens taking turns lost 4% where 0.6B's
-// gained 12% (bench/RESULTS.md).
+// merged once a run of steps has run only that adapter's rows with no request for anything
+// else waiting, unmerged before the first step that runs anything else (a base row, another
+// adapter). A merge and its unmerge each rewrite the adapted weights once (on an H200 1.6 ms
+// together at Qwen3-0.6B, 15.6 ms at Qwen3-8B), so only a run that has lasted is merged.
+// How long: `afterSteps` steps; or, with 'auto', the ski-rental rule: once the overhead the run
+// has paid by running the adapter unmerged (measured: merge_costs.ts) reaches what a merge and
+// an unmerge cost, which pays at most twice what the best choice in hindsight would have. The
+// overhead is ~13% of a step at 0.6B's one row, ~1% at 8B's: at 16 steps, 8B requests of 64
+// tokens taking turns lost 4% where 0.6B's gained 12% (bench/RESULTS.md).
+
+/** What the 'auto' rule weighs (merge_costs.ts measures both). */
+export interface RunCosts {
+  /** ms a step of `rows` rows of one adapter, unmerged, takes over one without adapter work (undefined: not known yet). */
+  overhead(rows: number): number | undefined;
+  /** ms merging the adapter in `slot` and unmerging it take (undefined: not known yet). */
+  mergeCost(slot: number): number | undefined;
+}
+
+/**
+ * 'auto': steps of a run after which the adapter is merged anyway where what the rule weighs
+ * is not known yet (no merge was timed, or no step of as many rows without adapter work was
+ * seen), so that it is learnt.
+ */
+export const EXPLORE_STEPS = 16;
+
 export class MergePolicy {
-  /** The adapter slot the last steps ran alone (0: none), and for how many steps in a row. */
+  /** The adapter slot the last steps ran alone (0: none), for how many steps in a row, and (auto) the overhead they paid. */
   private slot = 0;
   private steps = 0;
+  private paid = 0;
+  private unknown = 0;
 
-  constructor(readonly afterSteps: number) {}
+  constructor(readonly afterSteps: number | 'auto', private readonly costs?: RunCosts) {
+    if (afterSteps === 'auto' && !costs) throw new Error("merge_after_steps 'auto' needs the run's costs");
+  }
 
   /**
-   * Before a step whose rows all run slot `only` (0: base rows, several adapters, or no
-   * adapter), with `merged` merged now: the slot to merge, 0 to unmerge, or undefined to
+   * Before a step of `rows` rows that all run slot `only` (0: base rows, several adapters, or
+   * no adapter), with `merged` merged now: the slot to merge, 0 to unmerge, or undefined to
    * leave the weights as they are. othersWaiting: a waiting request runs something else.
    */
-  next(only: number, merged: number, othersWaiting: boolean): number | undefined {
-    this.steps = only === 0 ? 0 : only === this.slot ? this.steps + 1 : 1;
+  next(only: number, merged: number, othersWaiting: boolean, rows = 1): number | undefined {
+    if (only !== this.slot || only === 0) this.steps = this.paid = this.unknown = 0;
     this.slot = only;
+    if (only > 0 && only !== merged) this.count(rows);
     if (merged > 0) return only === merged ? undefined : 0;
-    return only > 0 && this.steps >= this.afterSteps && !othersWaiting ? only : undefined;
+    return only > 0 && !othersWaiting && this.due(only) ? only : undefined;
   }
 
   /** A slot got another adapter: its run so far does not count. */
   forget(slot: number): void {
-    if (slot === this.slot) this.steps = 0;
+    if (slot === this.slot) this.steps = this.paid = this.unknown = 0;
+  }
+
+  /** One more step of the run, unmerged: and (auto) the overhead it paid, where known. */
+  private count(rows: number): void {
+    this.steps++;
+    const o = this.costs?.overhead(rows);
+    if (o !== undefined) this.paid += o;
+    else if (this.costs) this.unknown++;
+  }
+
+  private due(slot: number): boolean {
+    if (this.afterSteps !== 'auto') return this.steps >= this.afterSteps;
+    const cost = this.costs!.mergeCost(slot);
+    if (cost === undefined) return this.steps >= EXPLORE_STEPS;
+    return this.paid >= cost || this.unknown >= EXPLORE_STEPS;
   }
 }

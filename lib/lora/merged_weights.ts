@@ -54,6 +54,16 @@ export class MergedWeights {
     return n;
   }
 
+  /** Device bytes of the weights that merging the adapter in `slot` (or unmerging it) rewrites. */
+  bytesOf(slot: number): number {
+    let n = 0;
+    for (const t of this.pool.targets.values()) {
+      const w = this.loaded.get(t.name);
+      if (w && this.pool.holds(t, slot)) n += floatBytes(w.dtype as FloatDType) * w.shape[0] * w.shape[1];
+    }
+    return n;
+  }
+
   /** Whether the adapter in `slot` adapts only projections whose b sits beside W. */
   mergeable(slot: number): boolean {
     return slot > 0 && [...this.pool.targets.values()].every((t) => t.bCol > 0 || !this.pool.holds(t, slot));

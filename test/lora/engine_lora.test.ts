@@ -9,6 +9,7 @@ import type { Engine, EngineLimits } from '../../lib/engine/engine.js';
 import type { RequestOutput } from '../../lib/engine/types.js';
 import { locateModule } from '../../lib/checkpoint/locate.js';
 import { SlotWeights } from '../../lib/lora/slot_weights.js';
+import { EXPLORE_STEPS } from '../../lib/lora/merge_policy.js';
 import { loadModel } from '../../lib/models/index.js';
 import { FIXTURES } from '../parity/fixture.js';
 import { engine, greedy, prompts, runAll, tinyModel } from '../engine/helpers.js';
@@ -274,6 +275,23 @@ describe.each([false, true])('LoRA in the engine (overlapped steps: %s)', (overl
     expect(tokens.get('base')).toEqual(await alone(ps[1], undefined, 3));
     expect(tokens.get('mlp')).toEqual(await alone(ps[2], 'mlp', 3));
     expect(tokens.get('emb')).toEqual(await alone(ps[2], 'emb', 6));
+    expect(e.stats().kvBlocksUsed).toBe(0);
+  });
+
+  it("merge_after_steps 'auto': merged after EXPLORE_STEPS while nothing is measured yet; tokens as unmerged", async () => {
+    const e = await withAdapters(make({ lora: { ...lora(2).lora, mergeAfterSteps: 'auto' } }));
+    const n = EXPLORE_STEPS + 6;
+    const got = (id: string) => [...runAll(e).get(id)!.tokens];
+    e.add({ id: 'qv', promptIds: ps[0], params: greedy(n), adapter: 'qv' });
+    const qv = got('qv');
+    expect(e.stats().lora!.merges).toBe(1);  // no merge was timed before: merged to learn what one costs
+    e.add({ id: 'base', promptIds: ps[1], params: greedy(3) });
+    const base = got('base');
+    e.add({ id: 'qv again', promptIds: ps[3], params: greedy(n), adapter: 'qv' });
+    const again = got('qv again');
+    expect(qv).toEqual(await alone(ps[0], 'qv', n));
+    expect(base).toEqual(await alone(ps[1], undefined, 3));
+    expect(again).toEqual(await alone(ps[3], 'qv', n));
     expect(e.stats().kvBlocksUsed).toBe(0);
   });
 });

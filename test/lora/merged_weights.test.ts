@@ -2,13 +2,16 @@
 // base rows on the merged weights give the adapter's logits, unmerging gives back the
 // loaded weights bit for bit, and what cannot merge (an adapter on the embedding or lm_head)
 // or must not be overwritten (a merged slot's load) is refused. fp32 on the CPU.
+import { performance } from 'node:perf_hooks';
+
 import { ALL_TARGETS } from '../../lib/lora/adapter.js';
 import { describe, expect, it, vi } from 'vitest';
 
 import { addon, type Tensor } from '../../lib/addon/index.js';
 import { locateModule } from '../../lib/checkpoint/locate.js';
 import { LoraManager } from '../../lib/lora/manager.js';
-import { MergePolicy } from '../../lib/lora/merge_policy.js';
+import { MergeCosts } from '../../lib/lora/merge_costs.js';
+import { EXPLORE_STEPS, MergePolicy } from '../../lib/lora/merge_policy.js';
 import { SlotWeights } from '../../lib/lora/slot_weights.js';
 import { loadModel } from '../../lib/models/index.js';
 import { FIXTURES } from '../parity/fixture.js';
@@ -163,5 +166,67 @@ describe('MergePolicy', () => {
     expect([p.next(2, 0, false), p.next(2, 0, false)]).toEqual([undefined, undefined]);
     expect(p.next(2, 0, true)).toBeUndefined();  // a request for something else waits
     expect(p.next(2, 0, false)).toBe(2);
+  });
+
+  it("'auto' merges once the overhead a run paid reaches a merge's cost; learns first what is not measured", () => {
+    let overhead: number | undefined, cost: number | undefined;
+    const p = new MergePolicy('auto', { overhead: () => overhead, mergeCost: () => cost });
+    const run = (slot: number, steps: number, merged = 0) => Array.from({ length: steps }, () => p.next(slot, merged, false, 4));
+    // Nothing measured: merged after EXPLORE_STEPS steps, to learn what a merge costs.
+    expect(run(1, EXPLORE_STEPS)).toEqual([...Array(EXPLORE_STEPS - 1).fill(undefined), 1]);
+    expect(p.next(0, 1, false)).toBe(0);
+    // A merge and unmerge cost 1 ms, a step pays 0.25 ms: merged at the fourth step (ski rental).
+    cost = 1;
+    overhead = 0.25;
+    expect(run(2, 4)).toEqual([undefined, undefined, undefined, 2]);
+    expect(run(2, 3, 2)).toEqual([undefined, undefined, undefined]);  // merged: stays
+    expect(p.next(1, 2, false)).toBe(0);  // another adapter: unmerged; its step counts
+    expect(run(1, 3)).toEqual([undefined, undefined, 1]);
+    p.next(0, 1, false);
+    // A step of as many rows without adapter work not seen yet: merged after EXPLORE_STEPS to see one.
+    overhead = undefined;
+    expect(run(1, EXPLORE_STEPS).indexOf(1)).toBe(EXPLORE_STEPS - 1);
+    p.next(0, 1, false);
+    // An overhead of 0 (a large model at one row): a run never pays for a merge.
+    overhead = 0;
+    expect(run(1, 1000).every((a) => a === undefined)).toBe(true);
+    expect(() => new MergePolicy('auto')).toThrow(/needs the run's costs/);
+  });
+});
+
+describe('MergeCosts', () => {
+  it('running means of step times by row bucket, plain against adapted; merge and unmerge per byte; on the CPU by the host clock', () => {
+    let now = 0;
+    const clock = vi.spyOn(performance, 'now').mockImplementation(() => now);
+    const costs = new MergeCosts('cpu');
+    const time = (kind: 'plain' | 'adapted' | 'merge' | 'unmerge', size: number, ms: number) => {
+      const w = costs.start(kind, size);
+      now += ms;
+      w.stop();
+    };
+    try {
+      time('plain', 3, 1.0);
+      expect(costs.overhead(3)).toBeUndefined();  // not taken in before collect()
+      time('adapted', 4, 1.5);
+      costs.collect();
+      expect(costs.overhead(3)).toBe(0.5);  // 3 and 4 rows: one bucket
+      expect(costs.overhead(5)).toBeUndefined();
+      time('plain', 4, 2.0);
+      costs.collect();
+      expect(costs.overhead(4)).toBeCloseTo(1.5 - (1.0 + 0.2 * (2.0 - 1.0)), 12);  // a running mean, weight 0.2
+      time('adapted', 1, 1.0);
+      time('plain', 1, 3.0);
+      costs.collect();
+      expect(costs.overhead(1)).toBe(0);  // never below 0
+      time('merge', 1000, 2.0);
+      costs.collect();
+      expect(costs.mergeCost(500)).toBeUndefined();  // no unmerge timed yet
+      time('unmerge', 2000, 2.0);
+      costs.collect();
+      expect(costs.mergeCost(500)).toBeCloseTo(500 * (2 / 1000 + 2 / 2000), 12);
+    } finally {
+      clock.mockRestore();
+      costs.dispose();
+    }
   });
 });

@@ -102,6 +102,18 @@ server: { host: 0.0.0.0, port: 9000, max_body_bytes: 1000000 }
     expect(errorOf(file)).toBe(`${file}: kv_cache.block_size must be an integer >= 1, got "big"`);
   });
 
+  it('names every choice of a key that takes a number or a word', () => {
+    for (const bad of ['0', 'sometimes']) {
+      const file = yamlFile(`model: /m\nresources:\n  lora: { adapters: [], merge_after_steps: ${bad} }\n`);
+      const got = bad === '0' ? 0 : `"${bad}"`;
+      expect(errorOf(file)).toBe(`${file}: resources.lora.merge_after_steps must be an integer >= 1 or "auto", got ${got}`);
+    }
+    for (const good of ['16', 'auto']) {
+      const file = yamlFile(`model: /m\nresources:\n  lora: { adapters: [], merge_after_steps: ${good} }\n`);
+      expect(loadServeConfig(file).resources.lora!.merge_after_steps).toBe(good === 'auto' ? 'auto' : 16);
+    }
+  });
+
   it('reports each problem on its own line', () => {
     const file = yamlFile('model: /m\ndevice: gpu\nmax_batch_size: 0\nkv_cache: { memory_fraction: 1.5 }\nprefix_cache: yes please\n');
     expect(errorOf(file).split('\n')).toEqual([

@@ -1,0 +1,94 @@
+// What merge_after_steps: auto decides by (merge_policy.ts), measured as the engine runs: the
+// GPU time of decode steps by their number of rows (a power-of-two bucket), those whose rows
+// all run one adapter unmerged against those with no adapter work (base rows, or an adapter
+// merged: the same kernels), and what a merge and an unmerge take a byte of the weights they
+// rewrite. Steps are timed on the GPU (a timer's two marks around the launch) and read once it
+// has passed them, a step or two later; on the CPU, whose ops run as they are called, by the
+// host clock.
+import { performance } from 'node:perf_hooks';
+
+import { addon, type DeviceName, type GpuTimer } from '../addon/index.js';
+
+/** A running measurement: stop() after the work it times is enqueued; ms() once done(). */
+export interface Stopwatch {
+  stop(): void;
+  done(): boolean;
+  ms(): number;
+}
+
+/** Each new observation's weight in a running mean: a few steps' noise averages out, a change of load shows within ~10. */
+const WEIGHT = 0.2;
+
+const bucket = (rows: number) => 2 ** Math.ceil(Math.log2(Math.max(1, rows)));
+
+class Means {
+  private readonly m = new Map<number, number>();
+  add(key: number, v: number): void {
+    const old = this.m.get(key);
+    this.m.set(key, old === undefined ? v : old + WEIGHT * (v - old));
+  }
+  get(key: number): number | undefined {
+    return this.m.get(key);
+  }
+}
+
+type Kind = 'plain' | 'adapted' | 'merge' | 'unmerge';
+
+export class MergeCosts {
+  private readonly steps = { plain: new Means(), adapted: new Means() };
+  /** ms a byte of the rewritten weights, for a merge and an unmerge. */
+  private readonly rewrite = new Means();
+  private readonly pending: { watch: Stopwatch; kind: Kind; size: number }[] = [];
+  private readonly idle: GpuTimer[] = [];
+
+  constructor(private readonly device: DeviceName) {}
+
+  /** Starts timing what is enqueued next: a decode step of `rows` rows (adapted: one adapter's, unmerged), or a merge or unmerge of `bytes`. */
+  start(kind: Kind, size: number): Stopwatch {
+    const watch = this.device === 'cuda' ? this.gpuWatch() : hostWatch();
+    this.pending.push({ watch, kind, size });
+    return watch;
+  }
+
+  /** Takes in the measurements the GPU has finished (the engine calls it once a step). */
+  collect(): void {
+    while (this.pending.length > 0 && this.pending[0].watch.done()) {
+      const { watch, kind, size } = this.pending.shift()!;
+      const ms = watch.ms();
+      if (kind === 'plain' || kind === 'adapted') this.steps[kind].add(bucket(size), ms);
+      else this.rewrite.add(kind === 'merge' ? 0 : 1, ms / size);
+      if (this.device === 'cuda') this.idle.push(watch as GpuTimer);
+    }
+  }
+
+  /** ms a step of `rows` rows of one adapter, unmerged, takes over one without adapter work; undefined until both were seen. */
+  overhead(rows: number): number | undefined {
+    const plain = this.steps.plain.get(bucket(rows)), adapted = this.steps.adapted.get(bucket(rows));
+    return plain === undefined || adapted === undefined ? undefined : Math.max(0, adapted - plain);
+  }
+
+  /** ms a merge and its unmerge of `bytes` of weights take together; undefined until both were seen. */
+  mergeCost(bytes: number): number | undefined {
+    const merge = this.rewrite.get(0), unmerge = this.rewrite.get(1);
+    return merge === undefined || unmerge === undefined ? undefined : (merge + unmerge) * bytes;
+  }
+
+  dispose(): void {
+    for (const p of this.pending) if (this.device === 'cuda') (p.watch as GpuTimer).dispose();
+    this.pending.length = 0;
+    this.idle.forEach((t) => t.dispose());
+    this.idle.length = 0;
+  }
+
+  private gpuWatch(): GpuTimer {
+    const t = this.idle.pop() ?? addon.timer();
+    t.start();
+    return t;
+  }
+}
+
+function hostWatch(): Stopwatch {
+  const t0 = performance.now();
+  let t1: number | undefined;
+  return { stop: () => void (t1 = performance.now()), done: () => t1 !== undefined, ms: () => t1! - t0 };
+}
