@@ -2,7 +2,6 @@
 // a host cache of read adapters (LRU), and the GPU slots (SlotTable + SlotWeights).
 import { performance } from 'node:perf_hooks';
 
-import { addon } from '../addon/index.js';
 import type { Model } from '../models/index.js';
 import { readAdapter, type AdapterLimits } from './adapter.js';
 import { AdapterError } from './errors.js';
@@ -84,26 +83,21 @@ export class LoraManager {
     this.table = new SlotTable(options.slots);
     this.weights = new SlotWeights(model.config, options.slots + 1, options.maxRank, this.limits.targets, model.weights, model.placement);
     if (options.mergeAfterSteps !== undefined) {
+      let merged: MergedWeights;
       try {
-        const merged = this.merged = new MergedWeights(this.weights);
-        if (options.mergeAfterSteps === 'auto') {
-          const costs = this.costs = new MergeCosts(model.placement.device);
-          this.mergePolicy = new MergePolicy('auto', {
-            overhead: (rows) => costs.overhead(rows),
-            mergeCost: (slot) => costs.mergeCost(merged.bytesOf(slot)),
-          });
-          // What a merge costs, known from the start (no run need merge to learn it).
-          merged.rehearse((kind, bytes, f) => this.timed(kind, bytes, f));
-          addon.synchronize();
-          costs.collect();
-        } else {
-          this.mergePolicy = new MergePolicy(options.mergeAfterSteps);
-        }
+        merged = this.merged = new MergedWeights(this.weights);
       } catch (e) {
-        this.costs?.dispose();
-        this.merged?.dispose();
         this.weights.dispose();
         throw e;
+      }
+      if (options.mergeAfterSteps === 'auto') {
+        const costs = this.costs = new MergeCosts(model.placement.device);
+        this.mergePolicy = new MergePolicy('auto', {
+          overhead: (rows) => costs.overhead(rows),
+          mergeCost: (slot) => costs.mergeCost(merged.bytesOf(slot)),
+        });
+      } else {
+        this.mergePolicy = new MergePolicy(options.mergeAfterSteps);
       }
     }
   }

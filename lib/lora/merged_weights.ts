@@ -94,18 +94,6 @@ export class MergedWeights {
     this.merges++;
   }
 
-  /**
-   * What a merge and an unmerge of every projection take, rehearsed: slot 0's b and a are
-   * zeros, so the merge writes each W as loaded, exactly. `around` times each of the two.
-   */
-  rehearse(around: (kind: 'merge' | 'unmerge', bytes: number, f: () => void) => void): void {
-    if (this.pool.merged !== 0) throw new Error('LoRA pool: a rehearsal needs every adapter unmerged');
-    const bytes = this.bytes, targets = [...this.pool.targets.values()].filter((t) => this.loaded.has(t.name));
-    const k = (t: LoraTarget) => t.bCols / this.pool.numSlots;
-    around('merge', bytes, () => targets.forEach((t) => addon.loraMerge(t.bAll, this.loaded.get(t.name)!, t.bAll, t.bCol, t.aAll, 0, k(t))));
-    around('unmerge', bytes, () => targets.forEach((t) => addon.copyRegion(t.bAll, this.loaded.get(t.name)!, 0, 0, 1, false)));
-  }
-
   /** Puts back the loaded weights (nothing where no slot is merged); in stream order. */
   unmerge(): void {
     for (const t of this.changed) {

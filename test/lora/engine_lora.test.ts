@@ -284,7 +284,7 @@ describe.each([false, true])('LoRA in the engine (overlapped steps: %s)', (overl
     const got = (id: string) => [...runAll(e).get(id)!.tokens];
     e.add({ id: 'qv', promptIds: ps[0], params: greedy(n), adapter: 'qv' });
     const qv = got('qv');
-    expect(e.stats().lora!.merges).toBe(1);  // no step without adapter work seen yet: merged to learn one
+    expect(e.stats().lora!.merges).toBe(1);  // no merge was timed before: merged to learn what one costs
     e.add({ id: 'base', promptIds: ps[1], params: greedy(3) });
     const base = got('base');
     e.add({ id: 'qv again', promptIds: ps[3], params: greedy(n), adapter: 'qv' });

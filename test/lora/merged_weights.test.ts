@@ -10,7 +10,6 @@ import { describe, expect, it, vi } from 'vitest';
 import { addon, type Tensor } from '../../lib/addon/index.js';
 import { locateModule } from '../../lib/checkpoint/locate.js';
 import { LoraManager } from '../../lib/lora/manager.js';
-import { MergedWeights } from '../../lib/lora/merged_weights.js';
 import { MergeCosts } from '../../lib/lora/merge_costs.js';
 import { EXPLORE_STEPS, MergePolicy } from '../../lib/lora/merge_policy.js';
 import { SlotWeights } from '../../lib/lora/slot_weights.js';
@@ -130,26 +129,6 @@ describe('an adapter merged into the weights', () => {
     lora.dispose();
     for (const [name, w] of model.weights) expect(addon.maxAbsDiff(w, before.get(name)!), name).toBe(0);
     before.forEach((t) => t.dispose());
-  });
-
-  it("a rehearsal (merge_after_steps 'auto' times one at start) merges slot 0's zeros and unmerges: the weights exactly as loaded", () => {
-    const pool = new SlotWeights(c, 2, 8, new Set(LINEARS), model.weights);
-    const merged = new MergedWeights(pool);
-    const before = snapshot();
-    const seen: [string, number][] = [];
-    try {
-      merged.rehearse((kind, bytes, f) => {
-        seen.push([kind, bytes]);
-        f();
-        if (kind === 'merge') for (const [name, w] of model.weights) expect(addon.maxAbsDiff(w, before.get(name)!), name).toBe(0);
-      });
-      expect(seen).toEqual([['merge', merged.bytes], ['unmerge', merged.bytes]]);
-      for (const [name, w] of model.weights) expect(addon.maxAbsDiff(w, before.get(name)!), name).toBe(0);
-    } finally {
-      merged.dispose();
-      pool.dispose();
-      before.forEach((t) => t.dispose());
-    }
   });
 
   it('a pool made on the model while another has an adapter merged takes the loaded weights', async () => {
