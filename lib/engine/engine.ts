@@ -252,9 +252,10 @@ export class Engine {
       opTimes.reset();
     }
     // (Without merge_after_steps, no step pays for the rows' slots and the waiting queue's scan.)
-    if (this.lora?.canMerge) this.mergeOrNot(this.lora, batch);
+    const slots = this.lora?.canMerge ? batch.map((e) => e.seq.slot) : undefined;
+    if (slots) this.mergeOrNot(this.lora!, batch, slots);
     // merge_after_steps 'auto' weighs decode steps' GPU times.
-    const watch = this.lora?.timesSteps ? this.lora.timeStep(batch.map((e) => e.seq.slot), batch.every((e) => e.count === 1)) : undefined;
+    const watch = slots && this.lora!.timesSteps ? this.lora!.timeStep(slots, batch.every((e) => e.count === 1)) : undefined;
     let launched: Launched;
     try {
       launched = this.timed('launch', () => this.runner.launch(batch, prev));
@@ -351,9 +352,9 @@ export class Engine {
   }
 
   /** Merges the adapter that the steps have run alone for a while, or unmerges (LoraManager.beforeStep). */
-  private mergeOrNot(lora: LoraManager, batch: readonly ScheduledSeq[]): void {
+  private mergeOrNot(lora: LoraManager, batch: readonly ScheduledSeq[], slots: readonly number[]): void {
     const key = batch[0].seq.adapterKey;
-    lora.beforeStep(batch.map((e) => e.seq.slot), this.scheduler.waiting.some((s) => s.adapterKey !== key));
+    lora.beforeStep(slots, this.scheduler.waiting.some((s) => s.adapterKey !== key));
   }
 
   stats(): EngineStats {

@@ -35,9 +35,8 @@ class Means {
 type Kind = 'plain' | 'adapted' | 'merge' | 'unmerge';
 
 export class MergeCosts {
-  private readonly steps = { plain: new Means(), adapted: new Means() };
-  /** ms a byte of the rewritten weights, for a merge and an unmerge. */
-  private readonly rewrite = new Means();
+  /** Steps: ms by row bucket. Merges and unmerges: ms a byte of the weights they rewrite (key 0). */
+  private readonly means: Record<Kind, Means> = { plain: new Means(), adapted: new Means(), merge: new Means(), unmerge: new Means() };
   private readonly pending: { watch: Stopwatch; kind: Kind; size: number }[] = [];
   private readonly idle: GpuTimer[] = [];
 
@@ -54,22 +53,21 @@ export class MergeCosts {
   collect(): void {
     while (this.pending.length > 0 && this.pending[0].watch.done()) {
       const { watch, kind, size } = this.pending.shift()!;
-      const ms = watch.ms();
-      if (kind === 'plain' || kind === 'adapted') this.steps[kind].add(bucket(size), ms);
-      else this.rewrite.add(kind === 'merge' ? 0 : 1, ms / size);
+      const step = kind === 'plain' || kind === 'adapted';
+      this.means[kind].add(step ? bucket(size) : 0, step ? watch.ms() : watch.ms() / size);
       if (this.device === 'cuda') this.idle.push(watch as GpuTimer);
     }
   }
 
   /** ms a step of `rows` rows of one adapter, unmerged, takes over one without adapter work; undefined until both were seen. */
   overhead(rows: number): number | undefined {
-    const plain = this.steps.plain.get(bucket(rows)), adapted = this.steps.adapted.get(bucket(rows));
+    const plain = this.means.plain.get(bucket(rows)), adapted = this.means.adapted.get(bucket(rows));
     return plain === undefined || adapted === undefined ? undefined : Math.max(0, adapted - plain);
   }
 
   /** ms a merge and its unmerge of `bytes` of weights take together; undefined until both were seen. */
   mergeCost(bytes: number): number | undefined {
-    const merge = this.rewrite.get(0), unmerge = this.rewrite.get(1);
+    const merge = this.means.merge.get(0), unmerge = this.means.unmerge.get(0);
     return merge === undefined || unmerge === undefined ? undefined : (merge + unmerge) * bytes;
   }
 

@@ -21,6 +21,8 @@ export function asLoaded(w: Tensor): Tensor {
   return AS_LOADED.get(w) ?? w;
 }
 
+const sizeOf = (w: Tensor) => floatBytes(w.dtype as FloatDType) * w.shape[0] * w.shape[1];
+
 export class MergedWeights {
   /** Per projection whose b sits beside W: W as loaded, [out, in], in the widened weight's dtype. */
   private readonly loaded = new Map<string, Tensor>();
@@ -49,19 +51,17 @@ export class MergedWeights {
 
   /** Device bytes of the loaded copies (mergeCopyBytes counts them ahead). */
   get bytes(): number {
-    let n = 0;
-    for (const t of this.loaded.values()) n += floatBytes(t.dtype as FloatDType) * t.shape[0] * t.shape[1];
-    return n;
+    return [...this.loaded.values()].reduce((n, w) => n + sizeOf(w), 0);
   }
 
   /** Device bytes of the weights that merging the adapter in `slot` (or unmerging it) rewrites. */
   bytesOf(slot: number): number {
-    let n = 0;
-    for (const t of this.pool.targets.values()) {
-      const w = this.loaded.get(t.name);
-      if (w && this.pool.holds(t, slot)) n += floatBytes(w.dtype as FloatDType) * w.shape[0] * w.shape[1];
-    }
-    return n;
+    return this.changedBy(slot).reduce((n, t) => n + sizeOf(this.loaded.get(t.name)!), 0);
+  }
+
+  /** The projections a merge of the adapter in `slot` changes: those it adapts, b beside W. */
+  private changedBy(slot: number): LoraTarget[] {
+    return [...this.pool.targets.values()].filter((t) => this.loaded.has(t.name) && this.pool.holds(t, slot));
   }
 
   /** Whether the adapter in `slot` adapts only projections whose b sits beside W. */
@@ -79,7 +79,7 @@ export class MergedWeights {
   merge(slot: number): void {
     if (!this.mergeable(slot)) throw new Error(`LoRA pool: the adapter in slot ${slot} cannot be merged`);
     this.unmerge();
-    this.changed = [...this.pool.targets.values()].filter((t) => t.bCol > 0 && this.pool.holds(t, slot));
+    this.changed = this.changedBy(slot);
     try {
       for (const t of this.changed) {
         const k = t.bCols / this.pool.numSlots;
