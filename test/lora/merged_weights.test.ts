@@ -43,6 +43,15 @@ async function pool(modules: ModuleSpec[], targets: string[]): Promise<{ lora: L
   return { lora, slot };
 }
 
+/** A pool whose adapter (on down_proj of layer 0) is merged after its two steps alone. */
+async function mergedDownProj(): Promise<{ lora: LoraManager }> {
+  const got = await pool([spec('model.layers.0.mlp.down_proj', 8)], ['down_proj']);
+  got.lora.beforeStep([got.slot], false);
+  got.lora.beforeStep([got.slot], false);
+  expect(got.lora.weights.merged).toBe(got.slot);
+  return got;
+}
+
 describe('an adapter merged into the weights', () => {
   it("base rows on merged weights give the adapter's logits; unmerging restores the weights exactly", async () => {
     const layers = [0, 1, 2];
@@ -121,10 +130,7 @@ describe('an adapter merged into the weights', () => {
 
   it('disposing a pool with an adapter merged gives the model back its loaded weights', async () => {
     const before = snapshot();
-    const { lora, slot } = await pool([spec('model.layers.0.mlp.down_proj', 8)], ['down_proj']);
-    lora.beforeStep([slot], false);
-    lora.beforeStep([slot], false);
-    expect(lora.weights.merged).toBe(slot);
+    const { lora } = await mergedDownProj();
     model.lora = undefined;
     lora.dispose();
     for (const [name, w] of model.weights) expect(addon.maxAbsDiff(w, before.get(name)!), name).toBe(0);
@@ -133,10 +139,7 @@ describe('an adapter merged into the weights', () => {
 
   it('a pool made on the model while another has an adapter merged takes the loaded weights', async () => {
     const before = snapshot();
-    const { lora, slot } = await pool([spec('model.layers.0.mlp.down_proj', 8)], ['down_proj']);
-    lora.beforeStep([slot], false);
-    lora.beforeStep([slot], false);
-    expect(lora.weights.merged).toBe(slot);
+    const { lora } = await mergedDownProj();
     const second = new SlotWeights(c, 2, 8, new Set(['down_proj']), model.weights);
     const names = [...second.targets.values()].filter((t) => t.bCol > 0).map((t) => t.name);
     expect(names.length).toBe(c.numLayers);
