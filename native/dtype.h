@@ -45,4 +45,10 @@ inline float loadFloat(const void* p, DType t, size_t i) {
   }
 }
 
+// Writes v, rounded to t, as element i of a float tensor.
+inline void storeFloat(void* p, DType t, size_t i, float v) {
+  if (t == DType::F32) static_cast<float*>(p)[i] = v;
+  else static_cast<uint16_t*>(p)[i] = t == DType::BF16 ? f32ToBf16(v) : f32ToF16(v);
+}
+
 }  // namespace mstar

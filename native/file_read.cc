@@ -101,11 +101,7 @@ ReadArgs parseRead(const Napi::CallbackInfo& info, const char* op) {
 // n float elements of src (type s) times scale, rounded into dst (type d).
 void convertScaled(char* dst, DType d, const char* src, DType s, size_t n, float scale) {
   if (scale == 1.0f) return convertFloats(dst, d, src, s, n);
-  for (size_t i = 0; i < n; ++i) {
-    const float v = scale * loadFloat(src, s, i);
-    if (d == DType::F32) reinterpret_cast<float*>(dst)[i] = v;
-    else reinterpret_cast<uint16_t*>(dst)[i] = d == DType::BF16 ? f32ToBf16(v) : f32ToF16(v);
-  }
+  for (size_t i = 0; i < n; ++i) storeFloat(dst, d, i, scale * loadFloat(src, s, i));
 }
 
 // Reads into host memory; throws std::runtime_error naming the file.

@@ -92,9 +92,7 @@ void copyRegion(void* dst, DType dt, int64_t dstCols, const void* src, DType st,
   for (int64_t i = 0; i < outRows; ++i) {
     for (int64_t j = 0; j < outCols; ++j) {
       float v = scale * loadFloat(src, st, size_t(transpose ? j * ld + i : i * ld + j));
-      size_t at = size_t((rowOffset + i) * dstCols + colOffset + j);
-      if (dt == DType::F32) static_cast<float*>(dst)[at] = v;
-      else static_cast<uint16_t*>(dst)[at] = dt == DType::BF16 ? f32ToBf16(v) : f32ToF16(v);
+      storeFloat(dst, dt, size_t((rowOffset + i) * dstCols + colOffset + j), v);
     }
   }
 }
@@ -110,10 +108,7 @@ void loraMerge(DType dt, void* w, int64_t ldw, const void* base, const void* b, 
         for (int64_t i = 0; i < in; ++i) acc[size_t(i)] += bv * loadFloat(a, dt, size_t(c * lda + i));
       }
       for (int64_t i = 0; i < in; ++i) {
-        const float v = loadFloat(base, dt, size_t(o * in + i)) + acc[size_t(i)];
-        const size_t at = size_t(o * ldw + i);
-        if (dt == DType::F32) static_cast<float*>(w)[at] = v;
-        else static_cast<uint16_t*>(w)[at] = dt == DType::BF16 ? f32ToBf16(v) : f32ToF16(v);
+        storeFloat(w, dt, size_t(o * ldw + i), loadFloat(base, dt, size_t(o * in + i)) + acc[size_t(i)]);
       }
     }
   });
