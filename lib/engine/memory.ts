@@ -1,9 +1,11 @@
 // What the engine allocates besides the weights and the KV cache, known before it allocates
 // any of it: kv_cache.memory_fraction sizes the cache from what is left, so that a large
 // adapter pool or batch makes a clear error at start, not an out-of-memory one later.
+import type { FloatDType } from '../addon/index.js';
 import type { ModelConfig } from '../checkpoint/config.js';
 import type { LoraOptions } from '../lora/manager.js';
 import { mergeCopyBytes, poolWidths, slotWeightsBytes } from '../lora/slot_weights.js';
+import type { Weights } from '../models/weights.js';
 import type { Placement } from '../models/placement.js';
 import { workspaceBytes } from '../models/workspace.js';
 import { graphBuckets } from './graph_inputs.js';
@@ -26,15 +28,19 @@ export interface MemoryPlan {
   scratch: number;
 }
 
+/**
+ * `weights`: the model's, as loaded, whose dtypes the pool's widened weights follow; without
+ * them (a plan made before loading), the dtype option's, else config.json's torch_dtype.
+ */
 export function memoryBesidesKv(
   config: ModelConfig, o: Omit<EngineOptions, 'lora'> & { maxNumBatchedTokens: number; lora?: LoraOptions }, placement: Placement,
-  graphs: boolean,
+  graphs: boolean, weights?: Weights,
 ): MemoryPlan {
   const targets = o.lora && new Set(o.lora.targets);
-  // The weights' dtype: the dtype option, else the checkpoint's as config.json names it.
-  const weights = o.dtype ?? (config.torchDtype === 'float32' ? 'f32' : config.torchDtype === 'float16' ? 'f16' : 'bf16');
-  const loraPool = o.lora ? slotWeightsBytes(config, o.lora.slots + 1, o.lora.maxRank, targets!, placement, weights) +
-    (o.lora.mergeAfterSteps !== undefined ? mergeCopyBytes(config, o.lora.maxRank, targets!, placement, weights) : 0) : 0;
+  const named: FloatDType = o.dtype ?? (config.torchDtype === 'float32' ? 'f32' : config.torchDtype === 'float16' ? 'f16' : 'bf16');
+  const dtypeOf = (name: string) => (weights?.get(name)?.dtype as FloatDType | undefined) ?? named;
+  const loraPool = o.lora ? slotWeightsBytes(config, o.lora.slots + 1, o.lora.maxRank, targets!, placement, dtypeOf) +
+    (o.lora.mergeAfterSteps !== undefined ? mergeCopyBytes(config, o.lora.maxRank, targets!, placement, dtypeOf) : 0) : 0;
   const widths = o.lora ? poolWidths(config, o.lora.slots + 1, o.lora.maxRank, targets!) : undefined;
   const cuda = placement.device === 'cuda';
   const graphRows = cuda && graphs ? graphBuckets(o.maxBatchSize, o.maxNumBatchedTokens).at(-1) ?? 0 : 0;

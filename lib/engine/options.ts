@@ -5,6 +5,7 @@ import { addon } from '../addon/index.js';
 import type { ModelConfig } from '../checkpoint/config.js';
 import { KvCache } from '../models/kv_cache.js';
 import type { Placement } from '../models/placement.js';
+import type { Weights } from '../models/weights.js';
 import type { LoraOptions } from '../lora/manager.js';
 import { poolTargets, type PoolTargetSettings } from '../lora/pool_targets.js';
 import type { EngineLimits } from './engine.js';
@@ -137,8 +138,11 @@ function memoryShare(fraction: number, cuda: boolean, besides: MemoryPlan, { fre
  * The engine's limits from its options and the model. `memory` tells what memory there is
  * (the device's after the weights are loaded, on CUDA): memory_fraction sizes the cache from
  * it, and on CUDA a cache sized otherwise must fit in what is free besides the rest.
+ * `weights`: the loaded model's, so that the adapter pool is planned in their dtypes.
  */
-export function engineLimits(config: ModelConfig, o: EngineOptions, placement: Placement, memory?: MemoryInfo): EngineLimits {
+export function engineLimits(
+  config: ModelConfig, o: EngineOptions, placement: Placement, { memory, weights }: { memory?: MemoryInfo; weights?: Weights } = {},
+): EngineLimits {
   const maxModelLen = o.maxModelLen ?? config.maxPositionEmbeddings;
   if (maxModelLen > config.maxPositionEmbeddings) {
     throw new LimitsError(`max_seq_len ${maxModelLen} is above the model's max_position_embeddings (${config.maxPositionEmbeddings})`);
@@ -154,7 +158,7 @@ export function engineLimits(config: ModelConfig, o: EngineOptions, placement: P
   }
   const blockBytes = perToken * blockSize;
   const maxNumBatchedTokens = o.maxNumBatchedTokens ?? batchedTokensDefault(cuda, mem.total);
-  const besides = memoryBesidesKv(config, { ...o, lora, maxNumBatchedTokens }, placement, cudaGraphsSetting(o.cudaGraphs));
+  const besides = memoryBesidesKv(config, { ...o, lora, maxNumBatchedTokens }, placement, cudaGraphsSetting(o.cudaGraphs), weights);
   // Every row at full length is whole blocks a row (rounding the total down left a full
   // batch short, and a short max_seq_len no block at all), within the caps.
   const fullBatch = o.maxBatchSize * Math.ceil(maxModelLen / blockSize);

@@ -38,7 +38,7 @@ async function start(init: WorkerInit): Promise<Engine> {
       }
     },
   });
-  const limits = engineLimits(model.config, init, placement);
+  const limits = engineLimits(model.config, init, placement, { weights: model.weights });
   send({ type: 'progress', message: `${placement.device} backend; KV cache: ${limits.numBlocks} blocks of ${limits.blockSize} tokens (${placement.kv})` });
   if (limits.lora) {
     const { slots, maxRank, targets } = limits.lora;

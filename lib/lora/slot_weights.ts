@@ -118,40 +118,42 @@ function widenedDtype(weights: FloatDType, placement: Placement): FloatDType {
   return weights === 'f32' || placement.act === 'f32' ? 'f32' : weights;
 }
 
+/** The dtype each weight (by engine name) is stored in, as the model loaded it. */
+export type WeightDtypes = (name: string) => FloatDType;
+
 /**
  * Device bytes a pool of these slots (slot 0 included) takes: a and b of every target, and
  * the staging tensors an image goes through, in the activation dtype, but b beside W and A
  * beneath it in the widened weight's (f32 weights on CUDA: 4 bytes, not the activations' 2).
- * weights: the dtype the model's weights are stored in.
  */
 export function slotWeightsBytes(
   config: ModelConfig, numSlots: number, rank: number, targets: ReadonlySet<string>, placement: Placement,
-  weights: FloatDType = placement.act,
+  weights: WeightDtypes = () => placement.act,
 ): number {
   const elements = (shape: number[]) => shape.reduce((n, d) => n * d, 1);
-  const wideDtype = widenedDtype(weights, placement), act = floatBytes(placement.act), wide = floatBytes(wideDtype);
+  const act = floatBytes(placement.act);
+  const wideDtype = (t: TargetShape) => widenedDtype(weights(t.weight.name), placement);
   const bytes = (t: TargetShape) => {
     if (!t.beside) return act * (elements(t.a) + elements(t.b));
-    const [rows, cols] = t.weight.shape, bCols = t.b[1] * t.b[2], width = wideWidth(cols, bCols);
+    const [rows, cols] = t.weight.shape, bCols = t.b[1] * t.b[2], width = wideWidth(cols, bCols), dtype = wideDtype(t);
     // bT (the decode kernels' copy of b) only where the widened weight is in the activations' dtype.
-    const bT = wideDtype === placement.act ? bCols * rows : 0;
-    return wide * (rows * (width - cols) + bCols * width) + act * (elements(t.a) + bT);
+    const bT = dtype === placement.act ? bCols * rows : 0;
+    return floatBytes(dtype) * (rows * (width - cols) + bCols * width) + act * (elements(t.a) + bT);
   };
   const shapes = targetShapes(config, numSlots, rank, targets);
-  const staging = imageLayout(shapes, rank, placement.act, (t) => t.beside ? wideDtype : placement.act).bytes;
+  const staging = imageLayout(shapes, rank, placement.act, (t) => t.beside ? wideDtype(t) : placement.act).bytes;
   return shapes.reduce((n, t) => n + bytes(t), staging);
 }
 
 /**
  * Device bytes of the loaded W that merging keeps (merged_weights.ts): every projection whose b
- * sits beside W, in the widened weight's dtype. weights: the dtype the model's weights are stored in.
+ * sits beside W, in the widened weight's dtype.
  */
 export function mergeCopyBytes(
-  config: ModelConfig, rank: number, targets: ReadonlySet<string>, placement: Placement, weights: FloatDType,
+  config: ModelConfig, rank: number, targets: ReadonlySet<string>, placement: Placement, weights: WeightDtypes,
 ): number {
-  const elem = floatBytes(widenedDtype(weights, placement));
   return targetShapes(config, 1, rank, targets).filter((t) => t.beside)
-    .reduce((n, t) => n + elem * t.weight.shape[0] * t.weight.shape[1], 0);
+    .reduce((n, t) => n + floatBytes(widenedDtype(weights(t.weight.name), placement)) * t.weight.shape[0] * t.weight.shape[1], 0);
 }
 
 /**

@@ -7,8 +7,9 @@ import { batchedTokensDefault, engineLimits, type EngineOptions } from '../../li
 import { ALL_TARGETS } from '../../lib/lora/adapter.js';
 import { MergedWeights } from '../../lib/lora/merged_weights.js';
 import { SlotWeights } from '../../lib/lora/slot_weights.js';
-import { CPU, cudaPlacement, KvCache } from '../../lib/models/index.js';
+import { CPU, cudaPlacement, KvCache, loadModel } from '../../lib/models/index.js';
 import { Workspace, workspaceBytes } from '../../lib/models/workspace.js';
+import { FIXTURES } from '../parity/fixture.js';
 import { tinyModel } from './helpers.js';
 
 const base: EngineOptions & { maxNumBatchedTokens: number } = {
@@ -76,6 +77,19 @@ describe('what memory_fraction leaves for the KV cache', () => {
     pool.dispose();
   });
 
+  it("plans the pool in the loaded weights' dtypes, not the one config.json names", () => {
+    // tiny-qwen3's config.json names no torch_dtype, so a plan without the weights takes bf16;
+    // loaded as f32, its pool on CUDA (bf16 activations) holds b beside W and A beneath it in f32.
+    const cuda = cudaPlacement('bf16');
+    const f32 = loadModel(`${FIXTURES}/models/tiny-qwen3`, { dtype: 'f32' });
+    const o = { ...base, lora: { ...lora, adapters: [], mergeAfterSteps: 8 } };
+    const planned = memoryBesidesKv(config, o, cuda, true, f32.weights).loraPool;
+    expect(planned).toBe(memoryBesidesKv(config, { ...o, dtype: 'f32' }, cuda, true).loraPool);
+    expect(planned).toBeGreaterThan(memoryBesidesKv(config, o, cuda, true).loraPool);
+    expect(memoryBesidesKv(config, o, cuda, true, tinyModel().weights).loraPool).toBe(memoryBesidesKv(config, o, cuda, true).loraPool);
+    f32.weights.forEach((t) => t.dispose());
+  });
+
   it('refuses a fraction that the adapter pool leaves no room in, naming what takes it', () => {
     const huge = { ...lora, slots: 2 ** 20, maxRank: 64 };
     expect(() => engineLimits(config, { ...base, kvCache: { blockSize: 16, memoryFraction: 0.01 }, lora: { ...huge, adapters: [] } }, CPU))
@@ -96,23 +110,23 @@ describe('the KV cache on CUDA, against the device memory (given, as after the w
 
   it('memory_fraction: that share of the whole device, less what is in use and what the engine adds', () => {
     const o = { ...base, kvCache: { blockSize: 16, memoryFraction: 0.5 } };
-    const limits = engineLimits(config, o, cuda, memory(12 * GiB));
+    const limits = engineLimits(config, o, cuda, { memory: memory(12 * GiB) });
     expect(limits.numBlocks).toBe(Math.floor((8 * GiB - 4 * GiB - besides(o)) / blockBytes));
   });
 
   it('an asked-for num_blocks that does not fit in what is free is refused, saying how many do', () => {
     const o = { ...base, kvCache: { blockSize: 16, numBlocks: 10_000_000 } };
-    expect(() => engineLimits(config, o, cuda, memory(GiB)))
+    expect(() => engineLimits(config, o, cuda, { memory: memory(GiB) }))
       .toThrow(/^kv_cache.num_blocks 10000000 \([\d.]+ GiB\) does not fit: the device has 1.00 GiB free after the weights, and the adapter pool takes 0.00 GiB, activations [\d.]+ GiB, scratch 0.25 GiB; at most \d+ blocks fit$/);
-    expect(engineLimits(config, { ...base, kvCache: { blockSize: 16, numBlocks: 100 } }, cuda, memory(GiB)).numBlocks).toBe(100);
+    expect(engineLimits(config, { ...base, kvCache: { blockSize: 16, numBlocks: 100 } }, cuda, { memory: memory(GiB) }).numBlocks).toBe(100);
   });
 
   it('no cache past the 2^31 - 1 tokens the CUDA kernels address: memory_fraction stops there, num_blocks is refused', () => {
     const huge = memory(2 ** 52, 2 ** 52);  // a small model on a device of 4 PiB
     const most = Math.floor((2 ** 31 - 1) / 16);
-    expect(engineLimits(config, { ...base, kvCache: { blockSize: 16, memoryFraction: 0.9 } }, cuda, huge).numBlocks).toBe(most);
-    expect(engineLimits(config, { ...base, kvCache: { blockSize: 16, numBlocks: most } }, cuda, huge).numBlocks).toBe(most);
-    expect(() => engineLimits(config, { ...base, kvCache: { blockSize: 16, numBlocks: most + 1 } }, cuda, huge))
+    expect(engineLimits(config, { ...base, kvCache: { blockSize: 16, memoryFraction: 0.9 } }, cuda, { memory: huge }).numBlocks).toBe(most);
+    expect(engineLimits(config, { ...base, kvCache: { blockSize: 16, numBlocks: most } }, cuda, { memory: huge }).numBlocks).toBe(most);
+    expect(() => engineLimits(config, { ...base, kvCache: { blockSize: 16, numBlocks: most + 1 } }, cuda, { memory: huge }))
       .toThrow(`kv_cache.num_blocks ${most + 1} of 16 tokens is past the 2147483647 tokens the CUDA attention kernels address: at most ${most} blocks`);
   });
 
@@ -121,17 +135,17 @@ describe('the KV cache on CUDA, against the device memory (given, as after the w
     expect(batchedTokensDefault(true, 40 * GiB)).toBe(2048);
     expect(batchedTokensDefault(false, 512 * GiB)).toBe(2048);
     const o: EngineOptions = { ...base, maxNumBatchedTokens: undefined };
-    expect(engineLimits(config, o, cuda, memory(100 * GiB, 141 * GiB)).maxNumBatchedTokens).toBe(8192);
-    expect(engineLimits(config, o, cuda, memory(12 * GiB)).maxNumBatchedTokens).toBe(2048);
+    expect(engineLimits(config, o, cuda, { memory: memory(100 * GiB, 141 * GiB) }).maxNumBatchedTokens).toBe(8192);
+    expect(engineLimits(config, o, cuda, { memory: memory(12 * GiB) }).maxNumBatchedTokens).toBe(2048);
     expect(engineLimits(config, o, CPU).maxNumBatchedTokens).toBe(2048);
-    expect(engineLimits(config, { ...o, maxNumBatchedTokens: 300 }, cuda, memory(100 * GiB, 141 * GiB)).maxNumBatchedTokens).toBe(300);
+    expect(engineLimits(config, { ...o, maxNumBatchedTokens: 300 }, cuda, { memory: memory(100 * GiB, 141 * GiB) }).maxNumBatchedTokens).toBe(300);
   });
 
   it('the default cache shrinks to what is free, and says so when not one block fits', () => {
     const o = { ...base, maxBatchSize: 64, kvCache: { blockSize: 16 } };
     const free = besides(o) + 10.5 * blockBytes;
-    expect(engineLimits(config, o, cuda, memory(free)).numBlocks).toBe(10);
-    expect(() => engineLimits(config, o, cuda, memory(besides(o))))
+    expect(engineLimits(config, o, cuda, { memory: memory(free) }).numBlocks).toBe(10);
+    expect(() => engineLimits(config, o, cuda, { memory: memory(besides(o)) }))
       .toThrow(/the KV cache has room for no block of 16 tokens \([\d.]+ GiB free on the device after the weights; the adapter pool/);
   });
 });

@@ -1,6 +1,7 @@
 // The memory plan (what memory_fraction leaves for the KV cache) counts the adapter pool on CUDA
 // as it is allocated: bf16 weights, and f32 weights beside bf16 activations, whose b beside W
-// and A beneath it are f32 (4 bytes, where the activations' are 2), with merging's copy too.
+// and A beneath it are f32 (4 bytes, where the activations' are 2), with merging's copy too;
+// the loaded weights' dtypes, when given, stand in for the dtype option.
 import { expect, it } from 'vitest';
 
 import { memoryBesidesKv } from '../../lib/engine/memory.js';
@@ -26,6 +27,8 @@ describeGpu('the memory plan on cuda', () => {
       try {
         expect(pool.targets.get('layers.0.down')!.bAll.dtype).toBe(dtype);
         expect(memoryBesidesKv(model.config, options, placement, false).loraPool).toBe(pool.bytes + merged.bytes);
+        // Planned from the loaded weights, without the dtype option (tiny-qwen3 names no torch_dtype).
+        expect(memoryBesidesKv(model.config, { ...options, dtype: undefined }, placement, false, model.weights).loraPool).toBe(pool.bytes + merged.bytes);
       } finally {
         merged.dispose();
         pool.dispose();
