@@ -56,6 +56,8 @@ async function start(init: WorkerInit): Promise<Engine> {
   const t1 = performance.now();
   const warmed = engine.warmUpEagerSteps();
   if (warmed > 0) send({ type: 'progress', message: `eager step shapes: ${warmed} warm-up steps in ${((performance.now() - t1) / 1000).toFixed(1)} s` });
+  const mergeMs = engine.lora?.mergeCostMs();
+  if (mergeMs !== undefined) send({ type: 'progress', message: `merge_after_steps auto: a merge and its unmerge take ${mergeMs.toFixed(2)} ms (rehearsed)` });
   return engine;
 }
 

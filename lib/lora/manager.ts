@@ -82,24 +82,38 @@ export class LoraManager {
     this.limits = { maxRank: options.maxRank, targets: new Set(options.targets) };
     this.table = new SlotTable(options.slots);
     this.weights = new SlotWeights(model.config, options.slots + 1, options.maxRank, this.limits.targets, model.weights, model.placement);
-    if (options.mergeAfterSteps !== undefined) {
-      let merged: MergedWeights;
-      try {
-        merged = this.merged = new MergedWeights(this.weights);
-      } catch (e) {
-        this.weights.dispose();
-        throw e;
-      }
-      if (options.mergeAfterSteps === 'auto') {
-        const costs = this.costs = new MergeCosts(model.placement.device);
-        this.mergePolicy = new MergePolicy('auto', {
-          overhead: (rows) => costs.overhead(rows),
-          mergeCost: (slot) => costs.mergeCost(merged.bytesOf(slot)),
-        });
-      } else {
+    if (options.mergeAfterSteps === undefined) return;
+    try {
+      const merged = this.merged = new MergedWeights(this.weights);
+      if (options.mergeAfterSteps !== 'auto') {
         this.mergePolicy = new MergePolicy(options.mergeAfterSteps);
+        return;
       }
+      const costs = this.costs = new MergeCosts(model.placement.device);
+      this.mergePolicy = new MergePolicy('auto', {
+        overhead: (rows) => costs.overhead(rows),
+        mergeCost: (slot) => costs.mergeCost(merged.bytesOf(slot)),
+      });
+      // What a merge costs, known from the start: no run has to merge only to learn it. The
+      // first rehearsal is untimed: the kernels' first launches load their code, which a timed
+      // span would count (a rehearsal timed at once read so high that Qwen3-8B never merged).
+      merged.rehearse((_kind, _bytes, f) => f());
+      merged.rehearse((kind, bytes, f) => this.timed(kind, bytes, f));
+    } catch (e) {
+      this.costs?.dispose();
+      this.merged?.dispose();
+      this.weights.dispose();
+      throw e;
     }
+  }
+
+  /**
+   * ms a merge and its unmerge of every adapted weight take, as measured (merge_after_steps
+   * 'auto', once the GPU has run the rehearsal); undefined otherwise.
+   */
+  mergeCostMs(): number | undefined {
+    this.costs?.collect();
+    return this.merged && this.costs?.mergeCost(this.merged.bytes);
   }
 
   /** Frees the slots and the host copies (the engine closes); reads still in flight dispose what they bring. */

@@ -79,9 +79,27 @@ export class MergedWeights {
   merge(slot: number): void {
     if (!this.mergeable(slot)) throw new Error(`LoRA pool: the adapter in slot ${slot} cannot be merged`);
     this.unmerge();
-    this.changed = this.changedBy(slot);
+    this.write(this.changedBy(slot), slot);
+    this.merges++;
+  }
+
+  /**
+   * A merge and an unmerge of every projection, rehearsed with slot 0, whose b and a are zeros:
+   * each W is written as loaded, exactly. `around` wraps each (the manager times them), so what
+   * they cost is known before any adapter has run.
+   */
+  rehearse(around: (kind: 'merge' | 'unmerge', bytes: number, f: () => void) => void): void {
+    if (this.pool.merged !== 0) throw new Error('LoRA pool: a merge is rehearsed only while no adapter is merged');
+    const every = [...this.pool.targets.values()].filter((t) => this.loaded.has(t.name));
+    around('merge', this.bytes, () => this.write(every, 0));
+    around('unmerge', this.bytes, () => this.unmerge());
+  }
+
+  /** W = base + b · a for `slot` in each of `targets`; a failure partway puts every weight back. */
+  private write(targets: LoraTarget[], slot: number): void {
+    this.changed = targets;
     try {
-      for (const t of this.changed) {
+      for (const t of targets) {
         const k = t.bCols / this.pool.numSlots;
         AS_LOADED.set(t.bAll, this.loaded.get(t.name)!);
         addon.loraMerge(t.bAll, this.loaded.get(t.name)!, t.bAll, t.bCol + slot * k, t.aAll, slot * k, k);
@@ -91,7 +109,6 @@ export class MergedWeights {
       throw e;
     }
     this.pool.merged = slot;
-    this.merges++;
   }
 
   /** Puts back the loaded weights (nothing where no slot is merged); in stream order. */

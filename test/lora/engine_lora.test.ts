@@ -278,13 +278,13 @@ describe.each([false, true])('LoRA in the engine (overlapped steps: %s)', (overl
     expect(e.stats().kvBlocksUsed).toBe(0);
   });
 
-  it("merge_after_steps 'auto': merged after EXPLORE_STEPS while nothing is measured yet; tokens as unmerged", async () => {
+  it("merge_after_steps 'auto': merged after EXPLORE_STEPS while no plain step is measured yet; tokens as unmerged", async () => {
     const e = await withAdapters(make({ lora: { ...lora(2).lora, mergeAfterSteps: 'auto' } }));
     const n = EXPLORE_STEPS + 6;
     const got = (id: string) => [...runAll(e).get(id)!.tokens];
     e.add({ id: 'qv', promptIds: ps[0], params: greedy(n), adapter: 'qv' });
     const qv = got('qv');
-    expect(e.stats().lora!.merges).toBe(1);  // no merge was timed before: merged to learn what one costs
+    expect(e.stats().lora!.merges).toBe(1);  // no step without adapter work seen yet: merged to learn one
     e.add({ id: 'base', promptIds: ps[1], params: greedy(3) });
     const base = got('base');
     e.add({ id: 'qv again', promptIds: ps[3], params: greedy(n), adapter: 'qv' });

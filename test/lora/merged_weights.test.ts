@@ -10,6 +10,7 @@ import { describe, expect, it, vi } from 'vitest';
 import { addon, type Tensor } from '../../lib/addon/index.js';
 import { locateModule } from '../../lib/checkpoint/locate.js';
 import { LoraManager } from '../../lib/lora/manager.js';
+import { MergedWeights } from '../../lib/lora/merged_weights.js';
 import { MergeCosts } from '../../lib/lora/merge_costs.js';
 import { EXPLORE_STEPS, MergePolicy } from '../../lib/lora/merge_policy.js';
 import { SlotWeights } from '../../lib/lora/slot_weights.js';
@@ -124,6 +125,40 @@ describe('an adapter merged into the weights', () => {
       spy.mockRestore();
       loaded.forEach((t) => t.dispose());
       model.lora = undefined;
+      lora.dispose();
+    }
+  });
+
+  it("a rehearsal merges slot 0's zeros and unmerges: the weights exactly as loaded throughout", () => {
+    const pool = new SlotWeights(c, 2, 8, new Set(LINEARS), model.weights);
+    const merged = new MergedWeights(pool);
+    const before = snapshot();
+    const seen: [string, number][] = [];
+    try {
+      merged.rehearse((kind, bytes, f) => {
+        seen.push([kind, bytes]);
+        f();
+        if (kind === 'merge') for (const [name, w] of model.weights) expect(addon.maxAbsDiff(w, before.get(name)!), name).toBe(0);
+      });
+      expect(seen).toEqual([['merge', merged.bytes], ['unmerge', merged.bytes]]);
+      expect(merged.slot).toBe(0);
+      for (const [name, w] of model.weights) expect(addon.maxAbsDiff(w, before.get(name)!), name).toBe(0);
+    } finally {
+      merged.dispose();
+      pool.dispose();
+      before.forEach((t) => t.dispose());
+    }
+  });
+
+  it("merge_after_steps 'auto' knows what a merge costs from the start (rehearsed), and the weights stay as loaded", () => {
+    const lora = new LoraManager(model, { slots: 2, maxRank: 8, hostCache: 2, targets: ALL_TARGETS, mergeAfterSteps: 'auto' });
+    const fixed = new LoraManager(model, { slots: 2, maxRank: 8, hostCache: 2, targets: ALL_TARGETS, mergeAfterSteps: 8 });
+    try {
+      expect(lora.mergeCostMs()).toBeGreaterThan(0);
+      expect(fixed.mergeCostMs()).toBeUndefined();  // a fixed count needs no cost: nothing rehearsed
+      expect(lora.stats().merges).toBe(0);
+    } finally {
+      fixed.dispose();
       lora.dispose();
     }
   });
