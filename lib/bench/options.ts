@@ -73,8 +73,15 @@ export interface EngineCounters {
   engine: EngineSide;
   steps: number;
   preemptions: number;
-  /** The adapter pool: slot loads, evictions, time-slice hand-overs, host seconds starting loads. */
-  lora?: { loads: number; evictions: number; turns: number; loadSeconds: number; merges: number };
+  /**
+   * The adapter pool: slot loads, evictions, time-slice hand-overs, host seconds starting
+   * loads, merges and the steps run merged; with merge_after_steps 'auto', what it measured
+   * as of the last round (EngineStats' mergeMs and stepOverheadMs).
+   */
+  lora?: {
+    loads: number; evictions: number; turns: number; loadSeconds: number; merges: number; mergedSteps: number;
+    mergeMs?: number; stepOverheadMs?: { rows: number; ms: number }[];
+  };
 }
 
 export function defaultRequests(load: LoadShape): number {

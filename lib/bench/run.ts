@@ -162,8 +162,9 @@ function loadPoints(opts: BenchOptions, ui: BenchUi): LoadShape[] {
 function addCounters(a: EngineCounters | undefined, b: EngineCounters): EngineCounters {
   if (a === undefined) return b;
   const lora = a.lora && b.lora && {
-    loads: a.lora.loads + b.lora.loads, evictions: a.lora.evictions + b.lora.evictions,
-    turns: a.lora.turns + b.lora.turns, loadSeconds: a.lora.loadSeconds + b.lora.loadSeconds, merges: a.lora.merges + b.lora.merges,
+    ...b.lora,  // what auto measured: the last round's
+    loads: a.lora.loads + b.lora.loads, evictions: a.lora.evictions + b.lora.evictions, turns: a.lora.turns + b.lora.turns,
+    loadSeconds: a.lora.loadSeconds + b.lora.loadSeconds, merges: a.lora.merges + b.lora.merges, mergedSteps: a.lora.mergedSteps + b.lora.mergedSteps,
   };
   return { engine: a.engine, steps: a.steps + b.steps, preemptions: a.preemptions + b.preemptions, ...(lora ? { lora } : {}) };
 }
@@ -177,7 +178,10 @@ async function onLocalServer<T>(
   try {
     const out = await run({ engine, url: server.url, base: config.served_model_name });
     const { steps, preemptions, lora } = server.stats();
-    const pool = lora && { loads: lora.loads, evictions: lora.evictions, turns: lora.turns, loadSeconds: lora.loadSeconds, merges: lora.merges };
+    const pool = lora && {
+      loads: lora.loads, evictions: lora.evictions, turns: lora.turns, loadSeconds: lora.loadSeconds, merges: lora.merges, mergedSteps: lora.mergedSteps,
+      ...(lora.mergeMs !== undefined && { mergeMs: lora.mergeMs }), ...(lora.stepOverheadMs && { stepOverheadMs: lora.stepOverheadMs }),
+    };
     return { url: server.url, out, counters: { engine, steps, preemptions, ...(pool ? { lora: pool } : {}) } };
   } finally {
     await server.close();

@@ -71,6 +71,14 @@ export function formatPrefill(r: PrefillReport): string {
 export function formatCounters(engines: readonly EngineCounters[]): string {
   return engines.map((e) => `${e.engine}: ${e.steps} steps, ${e.preemptions} preemptions` + (e.lora
     ? `; adapter pool: ${e.lora.loads} slot loads (${(e.lora.loadSeconds * 1e3).toFixed(1)} ms of host time to start them), ` +
-      `${e.lora.evictions} evictions, ${e.lora.turns} time-slice hand-overs, ${e.lora.merges} merges into the weights`
+      `${e.lora.evictions} evictions, ${e.lora.turns} time-slice hand-overs, ${e.lora.merges} merges into the weights ` +
+      `(${e.lora.mergedSteps} steps merged)${autoCosts(e.lora)}`
     : '')).join('\n');
+}
+
+/** What merge_after_steps 'auto' measured, where it ran. */
+function autoCosts(lora: NonNullable<EngineCounters['lora']>): string {
+  if (lora.mergeMs === undefined) return '';
+  const overheads = lora.stepOverheadMs?.map((o) => `${o.ms.toFixed(3)} ms at ${o.rows} row${o.rows > 1 ? 's' : ''}`).join(', ');
+  return `; auto: a merge and its unmerge ${lora.mergeMs.toFixed(2)} ms, adapter overhead a step ${overheads || 'not known'}`;
 }

@@ -353,8 +353,8 @@ export class Engine {
 
   /** Merges the adapter that the steps have run alone for a while, or unmerges (LoraManager.beforeStep). */
   private mergeOrNot(lora: LoraManager, batch: readonly ScheduledSeq[], slots: readonly number[]): void {
-    const key = batch[0].seq.adapterKey;
-    lora.beforeStep(slots, this.scheduler.waiting.some((s) => s.adapterKey !== key));
+    const key = batch[0].seq.adapterKey, left = Math.max(...batch.map((e) => e.seq.tokensLeft(this.limits.maxModelLen)));
+    lora.beforeStep(slots, this.scheduler.waiting.some((s) => s.adapterKey !== key), left);
   }
 
   stats(): EngineStats {

@@ -53,6 +53,11 @@ export class Sequence {
     return this.unread > 0 && (this.numOutputs >= this.params.maxTokens || this.length >= maxModelLen);
   }
 
+  /** The most tokens it may still sample: max_tokens or the model's length ends it there, or EOS before. */
+  tokensLeft(maxModelLen: number): number {
+    return Math.max(0, Math.min(this.params.maxTokens - this.numOutputs, maxModelLen - this.length));
+  }
+
   tokenAt(i: number): number {
     if (i >= this.promptIds.length + this.outputIds.length) throw new Error(`sequence ${this.id}: token ${i} is not read yet`);
     return i < this.promptIds.length ? this.promptIds[i] : this.outputIds[i - this.promptIds.length];

@@ -98,6 +98,12 @@ export interface EngineStats {
     turns: number;
     /** Adapters merged into the weights for a run of steps that ran them alone (merge_after_steps). */
     merges: number;
+    /** Steps launched with an adapter merged. */
+    mergedSteps: number;
+    /** merge_after_steps 'auto': what a merge and its unmerge of every adapted weight take (ms), as measured. */
+    mergeMs?: number;
+    /** merge_after_steps 'auto': ms a decode step of one adapter's rows, unmerged, takes over one without adapter work, by row bucket, where known. */
+    stepOverheadMs?: { rows: number; ms: number }[];
   };
 }
 

@@ -45,6 +45,12 @@ export interface LoraStats {
   turns: number;
   /** Adapters merged into the weights (each for a run of steps that ran it alone). */
   merges: number;
+  /** Steps launched with an adapter merged. */
+  mergedSteps: number;
+  /** merge_after_steps 'auto': what a merge and its unmerge of every adapted weight take (ms), as measured. */
+  mergeMs?: number;
+  /** merge_after_steps 'auto': ms a decode step of one adapter's rows, unmerged, takes over one without adapter work, by row bucket, where known. */
+  stepOverheadMs?: { rows: number; ms: number }[];
 }
 
 interface Registered {
@@ -77,6 +83,7 @@ export class LoraManager {
   loads = 0;
   loadSeconds = 0;
   turns = 0;
+  mergedSteps = 0;
 
   constructor(private readonly model: Model, readonly options: LoraOptions) {
     this.limits = { maxRank: options.maxRank, targets: new Set(options.targets) };
@@ -222,14 +229,16 @@ export class LoraManager {
    * Before a step is launched, with each of its rows' slots: merges the adapter that has run
    * alone long enough, or unmerges the one merged where the step runs anything else (in
    * stream order, before the step). othersWaiting: a waiting request runs something else.
+   * left: the most steps the rows may still take (their max_tokens left), which 'auto' weighs.
    */
-  beforeStep(slots: readonly number[], othersWaiting: boolean): void {
+  beforeStep(slots: readonly number[], othersWaiting: boolean, left?: number): void {
     if (!this.merged || slots.length === 0) return;
     this.costs?.collect();
     const merged = this.merged, only = slots.every((s) => s === slots[0]) ? slots[0] : 0;
-    const act = this.mergePolicy!.next(only, merged.slot, othersWaiting, slots.length);
+    const act = this.mergePolicy!.next(only, merged.slot, othersWaiting, slots.length, left);
     if (act === 0) this.timed('unmerge', merged.bytesOf(merged.slot), () => merged.unmerge());
     else if (act !== undefined && merged.mergeable(act)) this.timed('merge', merged.bytesOf(act), () => merged.merge(act));
+    if (merged.slot > 0) this.mergedSteps++;
   }
 
   /** Whether steps are timed (merge_after_steps 'auto': timeStep). */
@@ -340,7 +349,8 @@ export class LoraManager {
   stats(): LoraStats {
     return {
       registered: this.byName.size, resident: this.table.resident, loads: this.loads, evictions: this.table.evictions,
-      loadSeconds: this.loadSeconds, turns: this.turns, merges: this.merged?.merges ?? 0,
+      loadSeconds: this.loadSeconds, turns: this.turns, merges: this.merged?.merges ?? 0, mergedSteps: this.mergedSteps,
+      ...(this.costs && { mergeMs: this.mergeCostMs(), stepOverheadMs: this.costs.overheads() }),
     };
   }
 

@@ -19,16 +19,29 @@ export interface Stopwatch {
 /** Each new observation's weight in a running mean: a few steps' noise averages out, a change of load shows within ~10. */
 const WEIGHT = 0.2;
 
+/**
+ * Step times of a bucket count once this many were seen: the first ones (a fresh server's
+ * warm-up, a graph's first replay) run slow, and a stale plain mean above the adapted one
+ * read as no overhead, so a run never merged and no plain step came to correct it (0.8^16:
+ * 3% of the first sample's weight is left).
+ */
+export const TRUSTED_AFTER = 16;
+
 const bucket = (rows: number) => 2 ** Math.ceil(Math.log2(Math.max(1, rows)));
 
 class Means {
-  private readonly m = new Map<number, number>();
+  private readonly m = new Map<number, { mean: number; n: number }>();
+  constructor(private readonly trustedAfter = 1) {}
   add(key: number, v: number): void {
     const old = this.m.get(key);
-    this.m.set(key, old === undefined ? v : old + WEIGHT * (v - old));
+    this.m.set(key, old === undefined ? { mean: v, n: 1 } : { mean: old.mean + WEIGHT * (v - old.mean), n: old.n + 1 });
   }
   get(key: number): number | undefined {
-    return this.m.get(key);
+    const e = this.m.get(key);
+    return e && e.n >= this.trustedAfter ? e.mean : undefined;
+  }
+  keys(): number[] {
+    return [...this.m.keys()].sort((a, b) => a - b);
   }
 }
 
@@ -36,7 +49,9 @@ type Kind = 'plain' | 'adapted' | 'merge' | 'unmerge';
 
 export class MergeCosts {
   /** Steps: ms by row bucket. Merges and unmerges: ms a byte of the weights they rewrite (key 0). */
-  private readonly means: Record<Kind, Means> = { plain: new Means(), adapted: new Means(), merge: new Means(), unmerge: new Means() };
+  private readonly means: Record<Kind, Means> = {
+    plain: new Means(TRUSTED_AFTER), adapted: new Means(TRUSTED_AFTER), merge: new Means(), unmerge: new Means(),
+  };
   private readonly pending: { watch: Stopwatch; kind: Kind; size: number }[] = [];
   private readonly idle: GpuTimer[] = [];
 
@@ -59,10 +74,18 @@ export class MergeCosts {
     }
   }
 
-  /** ms a step of `rows` rows of one adapter, unmerged, takes over one without adapter work; undefined until both were seen. */
+  /** ms a step of `rows` rows of one adapter, unmerged, takes over one without adapter work; undefined until both are trusted. */
   overhead(rows: number): number | undefined {
     const plain = this.means.plain.get(bucket(rows)), adapted = this.means.adapted.get(bucket(rows));
     return plain === undefined || adapted === undefined ? undefined : Math.max(0, adapted - plain);
+  }
+
+  /** overhead() of every row bucket where it is known, fewest rows first. */
+  overheads(): { rows: number; ms: number }[] {
+    return this.means.adapted.keys().flatMap((rows) => {
+      const ms = this.overhead(rows);
+      return ms === undefined ? [] : [{ rows, ms }];
+    });
   }
 
   /** ms a merge and its unmerge of `bytes` of weights take together; undefined until both were seen. */

@@ -3,11 +3,14 @@
 // else waiting, unmerged before the first step that runs anything else (a base row, another
 // adapter). A merge and its unmerge each rewrite the adapted weights once (on an H200 1.6 ms
 // together at Qwen3-0.6B, 15.6 ms at Qwen3-8B), so only a run that has lasted is merged.
-// How long: `afterSteps` steps; or, with 'auto', the ski-rental rule: once the overhead the run
-// has paid by running the adapter unmerged (measured: merge_costs.ts) reaches what a merge and
-// an unmerge cost, which pays at most twice what the best choice in hindsight would have. The
-// overhead is ~13% of a step at 0.6B's one row, ~1% at 8B's: at 16 steps, 8B requests of 64
-// tokens taking turns lost 4% where 0.6B's gained 12% (bench/RESULTS.md).
+// How long: `afterSteps` steps; or, with 'auto', ski rental: the run is merged once the
+// overhead it has paid by running the adapter unmerged (measured: merge_costs.ts) reaches what
+// a merge and an unmerge cost, which pays at most twice what the best choice in hindsight
+// would have. Where the run's length is predicted (its requests' max_tokens left, an upper
+// bound that EOS may cut), the threshold follows the prediction: a fraction of the cost where
+// the run is predicted to pay for a merge, a multiple where not. The overhead is ~13% of a step
+// at 0.6B's one row, ~1% at 8B's: at 16 steps, 8B requests of 64 tokens taking turns lost 4%
+// where 0.6B's gained 12% (bench/RESULTS.md).
 
 /** What the 'auto' rule weighs (merge_costs.ts measures both). */
 export interface RunCosts {
@@ -24,12 +27,23 @@ export interface RunCosts {
  */
 export const EXPLORE_STEPS = 16;
 
+/**
+ * How far 'auto' trusts a run's predicted length: where the steps its rows may still take would
+ * pay for a merge, it is merged once the run has paid LAMBDA of the merge's cost, else only once
+ * it has paid cost / LAMBDA (learning-augmented ski rental: Purohit, Svitkina and Kumar, NeurIPS
+ * 2018: at most (1 + λ) / λ = 3 times the best choice in hindsight whatever the prediction,
+ * 1 + λ = 1.5 times where it is right).
+ */
+export const LAMBDA = 0.5;
+
 export class MergePolicy {
   /** The adapter slot the last steps ran alone (0: none), for how many steps in a row, and (auto) the overhead they paid. */
   private slot = 0;
   private steps = 0;
   private paid = 0;
   private unknown = 0;
+  /** (auto) The overhead of the last step of the run, where known: what each step still to come will pay. */
+  private last: number | undefined;
 
   constructor(readonly afterSteps: number | 'auto', private readonly costs?: RunCosts) {
     if (afterSteps === 'auto' && !costs) throw new Error("merge_after_steps 'auto' needs the run's costs");
@@ -39,13 +53,14 @@ export class MergePolicy {
    * Before a step of `rows` rows that all run slot `only` (0: base rows, several adapters, or
    * no adapter), with `merged` merged now: the slot to merge, 0 to unmerge, or undefined to
    * leave the weights as they are. othersWaiting: a waiting request runs something else.
+   * left: the most steps the run's rows may still take (undefined: not predicted).
    */
-  next(only: number, merged: number, othersWaiting: boolean, rows = 1): number | undefined {
+  next(only: number, merged: number, othersWaiting: boolean, rows = 1, left?: number): number | undefined {
     if (only !== this.slot || only === 0) this.steps = this.paid = this.unknown = 0;
     this.slot = only;
     if (only > 0 && only !== merged) this.count(rows);
     if (merged > 0) return only === merged ? undefined : 0;
-    return only > 0 && !othersWaiting && this.due(only) ? only : undefined;
+    return only > 0 && !othersWaiting && this.due(only, left) ? only : undefined;
   }
 
   /** A slot got another adapter: its run so far does not count. */
@@ -56,15 +71,19 @@ export class MergePolicy {
   /** One more step of the run, unmerged: and (auto) the overhead it paid, where known. */
   private count(rows: number): void {
     this.steps++;
-    const o = this.costs?.overhead(rows);
+    const o = this.last = this.costs?.overhead(rows);
     if (o !== undefined) this.paid += o;
     else if (this.costs) this.unknown++;
   }
 
-  private due(slot: number): boolean {
+  private due(slot: number, left: number | undefined): boolean {
     if (this.afterSteps !== 'auto') return this.steps >= this.afterSteps;
     const cost = this.costs!.mergeCost(slot);
     if (cost === undefined) return this.steps >= EXPLORE_STEPS;
-    return this.paid >= cost || this.unknown >= EXPLORE_STEPS;
+    if (this.unknown >= EXPLORE_STEPS) return true;
+    if (left === undefined || this.last === undefined) return this.paid >= cost;
+    // What staying unmerged would still pay, were the prediction right.
+    const ahead = left * this.last;
+    return this.paid >= (ahead >= cost ? LAMBDA * cost : cost / LAMBDA);
   }
 }

@@ -87,7 +87,7 @@ describe('mstar bench --serve', () => {
     expect(on.lora!.evictions).toBeGreaterThan(0);
     expect(off.engine).toBe('lora-off');
     expect(off.lora).toBeUndefined();
-    expect(out).toMatch(/lora-on: \d+ steps, 0 preemptions; adapter pool: \d+ slot loads \(\S+ ms of host time to start them\), \d+ evictions, \d+ time-slice hand-overs, \d+ merges into the weights\nlora-off: \d+ steps, 0 preemptions\n/);
+    expect(out).toMatch(/lora-on: \d+ steps, 0 preemptions; adapter pool: \d+ slot loads \(\S+ ms of host time to start them\), \d+ evictions, \d+ time-slice hand-overs, \d+ merges into the weights \(\d+ steps merged\)\nlora-off: \d+ steps, 0 preemptions\n/);
     expect(out).toMatch(/prefill of 32 tokens alone \(0\.00 TFLOP\), bf16 peak 989 TFLOP\/s\n  lora-on  base   TTFT p50 \S+ ms -> .*\n  lora-on  one    TTFT p50 \S+ ms -> /);
 
     expect(out).toMatch(/engine\s+mix\s+load\s+req\s+fail\s+tok\/s\s+retention\s+TTFT p50\s+TTFT p99\s+ITL p50\s+ITL p99\s+TPOT p50\s+e2e p50\s+e2e p99/);

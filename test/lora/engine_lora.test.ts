@@ -285,6 +285,8 @@ describe.each([false, true])('LoRA in the engine (overlapped steps: %s)', (overl
     e.add({ id: 'qv', promptIds: ps[0], params: greedy(n), adapter: 'qv' });
     const qv = got('qv');
     expect(e.stats().lora!.merges).toBe(1);  // no step without adapter work seen yet: merged to learn one
+    expect(e.stats().lora!.mergedSteps).toBeGreaterThan(0);
+    expect(e.stats().lora!.mergeMs).toBeGreaterThan(0);  // rehearsed at start
     e.add({ id: 'base', promptIds: ps[1], params: greedy(3) });
     const base = got('base');
     e.add({ id: 'qv again', promptIds: ps[3], params: greedy(n), adapter: 'qv' });

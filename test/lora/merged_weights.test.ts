@@ -11,8 +11,8 @@ import { addon, type Tensor } from '../../lib/addon/index.js';
 import { locateModule } from '../../lib/checkpoint/locate.js';
 import { LoraManager } from '../../lib/lora/manager.js';
 import { MergedWeights } from '../../lib/lora/merged_weights.js';
-import { MergeCosts } from '../../lib/lora/merge_costs.js';
-import { EXPLORE_STEPS, MergePolicy } from '../../lib/lora/merge_policy.js';
+import { MergeCosts, TRUSTED_AFTER } from '../../lib/lora/merge_costs.js';
+import { EXPLORE_STEPS, LAMBDA, MergePolicy } from '../../lib/lora/merge_policy.js';
 import { SlotWeights } from '../../lib/lora/slot_weights.js';
 import { loadModel } from '../../lib/models/index.js';
 import { FIXTURES } from '../parity/fixture.js';
@@ -228,40 +228,54 @@ describe('MergePolicy', () => {
     // An overhead of 0 (a large model at one row): a run never pays for a merge.
     overhead = 0;
     expect(run(1, 1000).every((a) => a === undefined)).toBe(true);
+    expect(p.next(0, 0, false)).toBeUndefined();
+    // The run's length predicted (its requests' max_tokens left): long enough to pay for a merge,
+    // merged once it paid LAMBDA of the cost; too short, only once it paid cost / LAMBDA.
+    overhead = 0.25;
+    const predicted = (slot: number, steps: number, left: number) => Array.from({ length: steps }, () => p.next(slot, 0, false, 4, left));
+    expect(predicted(1, 8, 100).indexOf(1)).toBe(Math.ceil(LAMBDA / 0.25) - 1);  // 100 steps × 0.25 ms ≥ 1 ms
+    p.next(0, 1, false);
+    expect(predicted(1, 16, 1).indexOf(1)).toBe(Math.ceil(1 / LAMBDA / 0.25) - 1);  // at most 1 step more: 0.25 ms < 1 ms
     expect(() => new MergePolicy('auto')).toThrow(/needs the run's costs/);
   });
 });
 
 describe('MergeCosts', () => {
-  it('running means of step times by row bucket, plain against adapted; merge and unmerge per byte; on the CPU by the host clock', () => {
+  it('running means of step times by row bucket, plain against adapted, trusted after TRUSTED_AFTER steps; merge and unmerge per byte; on the CPU by the host clock', () => {
     let now = 0;
     const clock = vi.spyOn(performance, 'now').mockImplementation(() => now);
     const costs = new MergeCosts('cpu');
-    const time = (kind: 'plain' | 'adapted' | 'merge' | 'unmerge', size: number, ms: number) => {
-      const w = costs.start(kind, size);
-      now += ms;
-      w.stop();
+    const time = (kind: 'plain' | 'adapted' | 'merge' | 'unmerge', size: number, ms: number, times = 1) => {
+      for (let i = 0; i < times; i++) {
+        const w = costs.start(kind, size);
+        now += ms;
+        w.stop();
+      }
     };
     try {
-      time('plain', 3, 1.0);
-      expect(costs.overhead(3)).toBeUndefined();  // not taken in before collect()
+      time('plain', 3, 1.0, TRUSTED_AFTER);
+      time('adapted', 4, 1.5, TRUSTED_AFTER - 1);
+      costs.collect();
+      expect(costs.overhead(3)).toBeUndefined();  // one adapted step short of trusted
       time('adapted', 4, 1.5);
+      expect(costs.overhead(3)).toBeUndefined();  // not taken in before collect()
       costs.collect();
       expect(costs.overhead(3)).toBe(0.5);  // 3 and 4 rows: one bucket
       expect(costs.overhead(5)).toBeUndefined();
       time('plain', 4, 2.0);
       costs.collect();
       expect(costs.overhead(4)).toBeCloseTo(1.5 - (1.0 + 0.2 * (2.0 - 1.0)), 12);  // a running mean, weight 0.2
-      time('adapted', 1, 1.0);
-      time('plain', 1, 3.0);
+      time('adapted', 1, 1.0, TRUSTED_AFTER);
+      time('plain', 1, 3.0, TRUSTED_AFTER);
       costs.collect();
       expect(costs.overhead(1)).toBe(0);  // never below 0
+      expect(costs.overheads()).toEqual([{ rows: 1, ms: 0 }, { rows: 4, ms: costs.overhead(4) }]);
       time('merge', 1000, 2.0);
       costs.collect();
       expect(costs.mergeCost(500)).toBeUndefined();  // no unmerge timed yet
       time('unmerge', 2000, 2.0);
       costs.collect();
-      expect(costs.mergeCost(500)).toBeCloseTo(500 * (2 / 1000 + 2 / 2000), 12);
+      expect(costs.mergeCost(500)).toBeCloseTo(500 * (2 / 1000 + 2 / 2000), 12);  // one of each is enough (warm rehearsals)
     } finally {
       clock.mockRestore();
       costs.dispose();
