@@ -350,7 +350,7 @@ export class LoraManager {
     return {
       registered: this.byName.size, resident: this.table.resident, loads: this.loads, evictions: this.table.evictions,
       loadSeconds: this.loadSeconds, turns: this.turns, merges: this.merged?.merges ?? 0, mergedSteps: this.mergedSteps,
-      ...(this.costs && { mergeMs: this.mergeCostMs(), stepOverheadMs: this.costs.overheads() }),
+      ...(this.costs && { mergeMs: this.costs.mergeCost(this.merged!.bytes), stepOverheadMs: this.costs.overheads() }),
     };
   }
 

@@ -44,6 +44,8 @@ export class MergePolicy {
   private unknown = 0;
   /** (auto) The overhead of the last step of the run, where known: what each step still to come will pay. */
   private last: number | undefined;
+  /** (auto) What merging the run's adapter costs, looked up once a run (it counts the weights the adapter changes). */
+  private cost: number | undefined;
 
   constructor(readonly afterSteps: number | 'auto', private readonly costs?: RunCosts) {
     if (afterSteps === 'auto' && !costs) throw new Error("merge_after_steps 'auto' needs the run's costs");
@@ -56,7 +58,7 @@ export class MergePolicy {
    * left: the most steps the run's rows may still take (undefined: not predicted).
    */
   next(only: number, merged: number, othersWaiting: boolean, rows = 1, left?: number): number | undefined {
-    if (only !== this.slot || only === 0) this.steps = this.paid = this.unknown = 0;
+    if (only !== this.slot || only === 0) this.restart();
     this.slot = only;
     if (only > 0 && only !== merged) this.count(rows);
     if (merged > 0) return only === merged ? undefined : 0;
@@ -65,7 +67,12 @@ export class MergePolicy {
 
   /** A slot got another adapter: its run so far does not count. */
   forget(slot: number): void {
-    if (slot === this.slot) this.steps = this.paid = this.unknown = 0;
+    if (slot === this.slot) this.restart();
+  }
+
+  private restart(): void {
+    this.steps = this.paid = this.unknown = 0;
+    this.cost = undefined;
   }
 
   /** One more step of the run, unmerged: and (auto) the overhead it paid, where known. */
@@ -78,7 +85,7 @@ export class MergePolicy {
 
   private due(slot: number, left: number | undefined): boolean {
     if (this.afterSteps !== 'auto') return this.steps >= this.afterSteps;
-    const cost = this.costs!.mergeCost(slot);
+    const cost = this.cost ??= this.costs!.mergeCost(slot);
     if (cost === undefined) return this.steps >= EXPLORE_STEPS;
     if (this.unknown >= EXPLORE_STEPS) return true;
     if (left === undefined || this.last === undefined) return this.paid >= cost;
