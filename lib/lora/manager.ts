@@ -102,8 +102,8 @@ export class LoraManager {
         mergeCost: (slot) => costs.mergeCost(merged.bytesOf(slot)),
       });
       // What a merge costs, known from the start: no run has to merge only to learn it. The
-      // first rehearsal is untimed: the kernels' first launches load their code, which a timed
-      // span would count (a rehearsal timed at once read so high that Qwen3-8B never merged).
+      // first rehearsal is untimed: it takes the kernels' first launches (their code loading,
+      // a shared-memory attribute set once), which later merges do not pay.
       merged.rehearse((_kind, _bytes, f) => f());
       merged.rehearse((kind, bytes, f) => this.timed(kind, bytes, f));
     } catch (e) {
