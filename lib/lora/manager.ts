@@ -120,7 +120,12 @@ export class LoraManager {
    */
   mergeCostMs(): number | undefined {
     this.costs?.collect();
-    return this.merged && this.costs?.mergeCost(this.merged.bytes);
+    return this.mergeMs();
+  }
+
+  private mergeMs(): number | undefined {
+    const cost = this.merged && this.costs?.mergeCost(this.merged.bytes);
+    return cost && cost.merge + cost.unmerge;
   }
 
   /** Frees the slots and the host copies (the engine closes); reads still in flight dispose what they bring. */
@@ -236,8 +241,9 @@ export class LoraManager {
     this.costs?.collect();
     const merged = this.merged, only = slots.every((s) => s === slots[0]) ? slots[0] : 0;
     const act = this.mergePolicy!.next(only, merged.slot, othersWaiting, slots.length, left);
-    if (act === 0) this.timed('unmerge', merged.bytesOf(merged.slot), () => merged.unmerge());
-    else if (act !== undefined && merged.mergeable(act)) this.timed('merge', merged.bytesOf(act), () => merged.merge(act));
+    // A slot that cannot merge (an adapter on the embedding or lm_head) must not run on another's merge.
+    if (act !== undefined && act > 0 && merged.mergeable(act)) this.timed('merge', merged.bytesOf(act), () => merged.merge(act));
+    else if (act !== undefined && merged.slot > 0) this.timed('unmerge', merged.bytesOf(merged.slot), () => merged.unmerge());
     if (merged.slot > 0) this.mergedSteps++;
   }
 
@@ -350,7 +356,7 @@ export class LoraManager {
     return {
       registered: this.byName.size, resident: this.table.resident, loads: this.loads, evictions: this.table.evictions,
       loadSeconds: this.loadSeconds, turns: this.turns, merges: this.merged?.merges ?? 0, mergedSteps: this.mergedSteps,
-      ...(this.costs && { mergeMs: this.costs.mergeCost(this.merged!.bytes), stepOverheadMs: this.costs.overheads() }),
+      ...(this.costs && { mergeMs: this.mergeMs(), stepOverheadMs: this.costs.overheads() }),
     };
   }
 

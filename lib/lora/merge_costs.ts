@@ -47,6 +47,12 @@ class Means {
 
 type Kind = 'plain' | 'adapted' | 'merge' | 'unmerge';
 
+/** ms a merge of an adapter's weights takes, and their unmerge. */
+export interface MergeCost {
+  merge: number;
+  unmerge: number;
+}
+
 export class MergeCosts {
   /** Steps: ms by row bucket. Merges and unmerges: ms a byte of the weights they rewrite (key 0). */
   private readonly means: Record<Kind, Means> = {
@@ -88,10 +94,10 @@ export class MergeCosts {
     });
   }
 
-  /** ms a merge and its unmerge of `bytes` of weights take together; undefined until both were seen. */
-  mergeCost(bytes: number): number | undefined {
+  /** ms a merge and an unmerge of `bytes` of weights take; undefined until both were seen. */
+  mergeCost(bytes: number): MergeCost | undefined {
     const merge = this.means.merge.get(0), unmerge = this.means.unmerge.get(0);
-    return merge === undefined || unmerge === undefined ? undefined : (merge + unmerge) * bytes;
+    return merge === undefined || unmerge === undefined ? undefined : { merge: merge * bytes, unmerge: unmerge * bytes };
   }
 
   dispose(): void {

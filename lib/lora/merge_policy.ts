@@ -12,12 +12,14 @@
 // at 0.6B's one row, ~1% at 8B's: at 16 steps, 8B requests of 64 tokens taking turns lost 4%
 // where 0.6B's gained 12% (bench/RESULTS.md).
 
+import type { MergeCost } from './merge_costs.js';
+
 /** What the 'auto' rule weighs (merge_costs.ts measures both). */
 export interface RunCosts {
   /** ms a step of `rows` rows of one adapter, unmerged, takes over one without adapter work (undefined: not known yet). */
   overhead(rows: number): number | undefined;
-  /** ms merging the adapter in `slot` and unmerging it take (undefined: not known yet). */
-  mergeCost(slot: number): number | undefined;
+  /** ms merging the adapter in `slot` takes, and unmerging it (undefined: not known yet). */
+  mergeCost(slot: number): MergeCost | undefined;
 }
 
 /**
@@ -45,7 +47,7 @@ export class MergePolicy {
   /** (auto) The overhead of the last step of the run, where known: what each step still to come will pay. */
   private last: number | undefined;
   /** (auto) What merging the run's adapter costs, looked up once a run (it counts the weights the adapter changes). */
-  private cost: number | undefined;
+  private cost: MergeCost | undefined;
 
   constructor(readonly afterSteps: number | 'auto', private readonly costs?: RunCosts) {
     if (afterSteps === 'auto' && !costs) throw new Error("merge_after_steps 'auto' needs the run's costs");
@@ -61,8 +63,10 @@ export class MergePolicy {
     if (only !== this.slot || only === 0) this.restart();
     this.slot = only;
     if (only > 0 && only !== merged) this.count(rows);
-    if (merged > 0) return only === merged ? undefined : 0;
-    return only > 0 && !othersWaiting && this.due(only, left) ? only : undefined;
+    if (merged > 0 && only === merged) return undefined;
+    if (only === 0 || othersWaiting) return merged > 0 ? 0 : undefined;
+    if (merged > 0) return this.switchDue(only, left) ? only : 0;
+    return this.due(only, left) ? only : undefined;
   }
 
   /** A slot got another adapter: its run so far does not count. */
@@ -88,9 +92,22 @@ export class MergePolicy {
     const cost = this.cost ??= this.costs!.mergeCost(slot);
     if (cost === undefined) return this.steps >= EXPLORE_STEPS;
     if (this.unknown >= EXPLORE_STEPS) return true;
-    if (left === undefined || this.last === undefined) return this.paid >= cost;
+    const both = cost.merge + cost.unmerge;
+    if (left === undefined || this.last === undefined) return this.paid >= both;
     // What staying unmerged would still pay, were the prediction right.
     const ahead = left * this.last;
-    return this.paid >= (ahead >= cost ? LAMBDA * cost : cost / LAMBDA);
+    return this.paid >= (ahead >= both ? LAMBDA * both : both / LAMBDA);
+  }
+
+  /**
+   * (auto) Whether a run of another adapter than the one merged takes the weights over at once:
+   * a merge writes W from the loaded copy, so the unmerge it would otherwise wait behind is
+   * spared, and the run is merged from its first step. Worth it where the steps ahead (predicted)
+   * would pay more, unmerged, than the merge costs; the unmerge at the run's end is paid either way.
+   */
+  private switchDue(slot: number, left: number | undefined): boolean {
+    if (this.afterSteps !== 'auto' || left === undefined || this.last === undefined) return false;
+    const cost = this.cost ??= this.costs!.mergeCost(slot);
+    return cost !== undefined && left * this.last >= cost.merge;
   }
 }

@@ -80,8 +80,10 @@ export class MergedWeights {
    */
   merge(slot: number): void {
     if (!this.mergeable(slot)) throw new Error(`LoRA pool: the adapter in slot ${slot} cannot be merged`);
-    this.unmerge();
-    this.write(this.changedBy(slot), slot);
+    const next = this.changedBy(slot);
+    // Over another adapter's merge: what the new one rewrites (from the loaded copy) needs no copy back first.
+    this.restore(this.changed.filter((t) => !next.includes(t)));
+    this.write(next, slot);
     this.merges++;
   }
 
@@ -115,12 +117,16 @@ export class MergedWeights {
 
   /** Puts back the loaded weights (nothing where no slot is merged); in stream order. */
   unmerge(): void {
-    for (const t of this.changed) {
+    this.restore(this.changed);
+    this.changed = [];
+    this.pool.merged = 0;
+  }
+
+  private restore(targets: readonly LoraTarget[]): void {
+    for (const t of targets) {
       addon.copyRegion(t.bAll, this.loaded.get(t.name)!, 0, 0, 1, false);
       AS_LOADED.delete(t.bAll);
     }
-    this.changed = [];
-    this.pool.merged = 0;
   }
 
   /** Unmerges, then frees the copies (before the pool is disposed). */

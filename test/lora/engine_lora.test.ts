@@ -296,6 +296,19 @@ describe.each([false, true])('LoRA in the engine (overlapped steps: %s)', (overl
     expect(again).toEqual(await alone(ps[3], 'qv', n));
     expect(e.stats().kvBlocksUsed).toBe(0);
   });
+
+  it("merge_after_steps 'auto': adapters one after another (a merge over another's, or an unmerge first; one that cannot merge) give their tokens alone", async () => {
+    const e = await withAdapters(make({ lora: { ...lora(3).lora, mergeAfterSteps: 'auto' } }));
+    const n = EXPLORE_STEPS + 8;
+    const order: [string, number][] = [['qv', n], ['mlp', n], ['emb', 6], ['qv', n], ['mlp', n]];
+    const got: number[][] = [];
+    for (const [i, [adapter, tokens]] of order.entries()) {
+      e.add({ id: `${i}`, promptIds: ps[i % ps.length], params: greedy(tokens), adapter });
+      got.push([...runAll(e).get(`${i}`)!.tokens]);
+    }
+    for (const [i, [adapter, tokens]] of order.entries()) expect(got[i], `${i}: ${adapter}`).toEqual(await alone(ps[i % ps.length], adapter, tokens));
+    expect(e.stats().lora!.merges).toBeGreaterThanOrEqual(4);  // qv and mlp, twice each; emb never
+  });
 });
 
 describe('refused adapters change nothing', () => {

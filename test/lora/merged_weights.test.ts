@@ -11,7 +11,7 @@ import { addon, type Tensor } from '../../lib/addon/index.js';
 import { locateModule } from '../../lib/checkpoint/locate.js';
 import { LoraManager } from '../../lib/lora/manager.js';
 import { MergedWeights } from '../../lib/lora/merged_weights.js';
-import { MergeCosts, TRUSTED_AFTER } from '../../lib/lora/merge_costs.js';
+import { MergeCosts, TRUSTED_AFTER, type MergeCost } from '../../lib/lora/merge_costs.js';
 import { EXPLORE_STEPS, LAMBDA, MergePolicy } from '../../lib/lora/merge_policy.js';
 import { SlotWeights } from '../../lib/lora/slot_weights.js';
 import { loadModel } from '../../lib/models/index.js';
@@ -163,6 +163,36 @@ describe('an adapter merged into the weights', () => {
     }
   });
 
+  it("a merge over another's rewrites W from the loaded copy, as an unmerge and a merge would, bit for bit", async () => {
+    const path = (l: number, m: string) => `model.layers.${l}.${m === 'down_proj' ? 'mlp' : 'self_attn'}.${m}`;
+    const a = await writeAdapter([spec(path(0, 'q_proj'), 8), spec(path(1, 'down_proj'), 8)], { r: 8, lora_alpha: 16, target_modules: ['q_proj', 'down_proj'] }, 31);
+    const b = await writeAdapter([spec(path(1, 'down_proj'), 8), spec(path(2, 'o_proj'), 8)], { r: 8, lora_alpha: 16, target_modules: ['down_proj', 'o_proj'] }, 32);
+    const lora = new LoraManager(model, { slots: 2, maxRank: 8, hostCache: 2, targets: ALL_TARGETS });
+    await lora.register('a', a.dir);
+    await lora.register('b', b.dir);
+    const sa = lora.acquire(lora.keyOf('a')!) as number, sb = lora.acquire(lora.keyOf('b')!) as number;
+    const merged = new MergedWeights(lora.weights);
+    const loaded = snapshot();
+    merged.merge(sb);
+    const bAlone = snapshot();
+    merged.unmerge();
+    merged.merge(sa);
+    const copies = vi.spyOn(addon, 'copyRegion');
+    try {
+      merged.merge(sb);
+      expect(copies).toHaveBeenCalledTimes(1);  // layer 0's qkv, which b leaves alone; b writes the rest from the loaded copy
+      expect(merged.slot).toBe(sb);
+      for (const [name, w] of model.weights) expect(addon.maxAbsDiff(w, bAlone.get(name)!), name).toBe(0);
+      merged.unmerge();
+      for (const [name, w] of model.weights) expect(addon.maxAbsDiff(w, loaded.get(name)!), name).toBe(0);
+    } finally {
+      copies.mockRestore();
+      merged.dispose();
+      lora.dispose();
+      [loaded, bAlone].forEach((m) => m.forEach((t) => t.dispose()));
+    }
+  });
+
   it('disposing a pool with an adapter merged gives the model back its loaded weights', async () => {
     const before = snapshot();
     const { lora } = await mergedDownProj();
@@ -207,18 +237,18 @@ describe('MergePolicy', () => {
   });
 
   it("'auto' merges once the overhead a run paid reaches a merge's cost; learns first what is not measured", () => {
-    let overhead: number | undefined, cost: number | undefined;
+    let overhead: number | undefined, cost: MergeCost | undefined;
     const p = new MergePolicy('auto', { overhead: () => overhead, mergeCost: () => cost });
     const run = (slot: number, steps: number, merged = 0) => Array.from({ length: steps }, () => p.next(slot, merged, false, 4));
     // Nothing measured: merged after EXPLORE_STEPS steps, to learn what a merge costs.
     expect(run(1, EXPLORE_STEPS)).toEqual([...Array(EXPLORE_STEPS - 1).fill(undefined), 1]);
     expect(p.next(0, 1, false)).toBe(0);
     // A merge and unmerge cost 1 ms, a step pays 0.25 ms: merged at the fourth step (ski rental).
-    cost = 1;
+    cost = { merge: 0.6, unmerge: 0.4 };
     overhead = 0.25;
     expect(run(2, 4)).toEqual([undefined, undefined, undefined, 2]);
     expect(run(2, 3, 2)).toEqual([undefined, undefined, undefined]);  // merged: stays
-    expect(p.next(1, 2, false)).toBe(0);  // another adapter: unmerged; its step counts
+    expect(p.next(1, 2, false)).toBe(0);  // another adapter, its run not predicted: unmerged; its step counts
     expect(run(1, 3)).toEqual([undefined, undefined, 1]);
     p.next(0, 1, false);
     // A step of as many rows without adapter work not seen yet: merged after EXPLORE_STEPS to see one.
@@ -236,6 +266,12 @@ describe('MergePolicy', () => {
     expect(predicted(1, 8, 100).indexOf(1)).toBe(Math.ceil(LAMBDA / 0.25) - 1);  // 100 steps × 0.25 ms ≥ 1 ms
     p.next(0, 1, false);
     expect(predicted(1, 16, 1).indexOf(1)).toBe(Math.ceil(1 / LAMBDA / 0.25) - 1);  // at most 1 step more: 0.25 ms < 1 ms
+    // Another adapter's run while one is merged: it takes the weights over at its first step
+    // where the steps ahead would pay more than a merge alone (no unmerge first), else unmerged.
+    expect(p.next(2, 1, false, 4, 3)).toBe(2);  // 3 × 0.25 ≥ 0.6
+    expect(p.next(1, 2, false, 4, 2)).toBe(0);  // 2 × 0.25 < 0.6
+    expect(p.next(1, 2, true, 4, 100)).toBe(0);  // a request for something else waits
+    expect(new MergePolicy(2).next(2, 1, false, 4, 100)).toBe(0);  // a fixed count: unmerged, then counted
     expect(() => new MergePolicy('auto')).toThrow(/needs the run's costs/);
   });
 });
@@ -275,7 +311,8 @@ describe('MergeCosts', () => {
       expect(costs.mergeCost(500)).toBeUndefined();  // no unmerge timed yet
       time('unmerge', 2000, 2.0);
       costs.collect();
-      expect(costs.mergeCost(500)).toBeCloseTo(500 * (2 / 1000 + 2 / 2000), 12);  // one of each is enough (warm rehearsals)
+      expect(costs.mergeCost(500)!.merge).toBeCloseTo(500 * 2 / 1000, 12);  // one of each is enough (warm rehearsals)
+      expect(costs.mergeCost(500)!.unmerge).toBeCloseTo(500 * 2 / 2000, 12);
     } finally {
       clock.mockRestore();
       costs.dispose();
