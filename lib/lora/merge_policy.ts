@@ -8,7 +8,9 @@
 // a merge and an unmerge cost, which pays at most twice what the best choice in hindsight
 // would have. Where the run's length is predicted (its requests' max_tokens left, an upper
 // bound that EOS may cut), the threshold follows the prediction: a fraction of the cost where
-// the run is predicted to pay for a merge, a multiple where not. The overhead is ~13% of a step
+// the run is predicted to pay for a merge, a multiple where not; and a run of another adapter
+// than the one merged takes the weights over at once where predicted to pay for a merge alone
+// (a merge writes W from the loaded copy: no unmerge before it). The overhead is ~13% of a step
 // at 0.6B's one row, ~1% at 8B's: at 16 steps, 8B requests of 64 tokens taking turns lost 4%
 // where 0.6B's gained 12% (bench/RESULTS.md).
 
