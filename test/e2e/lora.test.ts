@@ -19,7 +19,7 @@ describe('LoRA over HTTP', () => {
   beforeAll(async () => {
     s = await startServer((c) => {
       c.resources.lora = {
-        slots: 2, max_rank: 16, host_cache: 8, targets: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'embed_tokens', 'lm_head'],
+        slots: 2, max_rank: 16, host_cache: 8, slice_steps: 16, targets: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'embed_tokens', 'lm_head'],
         adapters: names.slice(0, 3).map((n) => ({ name: n, path: join(FIXTURES, fx.adapters[n].path) })), runtime_updates: true,
       };
     });

@@ -61,7 +61,7 @@ describe('what memory_fraction leaves for the KV cache', () => {
   it('counts the adapter pool and the activations exactly as they are allocated', () => {
     const model = tinyModel();
     const pool = new SlotWeights(config, lora.slots + 1, lora.maxRank, new Set(lora.targets), model.weights, CPU);
-    const plan = memoryBesidesKv(config, { ...base, lora: { ...lora, adapters: [] } }, CPU, true);
+    const plan = memoryBesidesKv(config, { ...base, lora: { ...lora } }, CPU, true);
     expect(plan.loraPool).toBe(pool.bytes);  // f32 weights: b beside W takes what b of its own would
     const ws = new Workspace(config, CPU, base.maxNumBatchedTokens, base.maxBatchSize, pool.widths);
     expect(plan.activations).toBe(ws.bytes);
@@ -70,7 +70,7 @@ describe('what memory_fraction leaves for the KV cache', () => {
     plain.dispose();
     expect(plan.scratch).toBe(0);  // and no graph workspace: graphs are CUDA's
     const merged = new MergedWeights(pool);  // merge_after_steps: a copy of each adapted W as loaded
-    expect(memoryBesidesKv(config, { ...base, lora: { ...lora, adapters: [], mergeAfterSteps: 8 } }, CPU, true).loraPool).toBe(pool.bytes + merged.bytes);
+    expect(memoryBesidesKv(config, { ...base, lora: { ...lora, mergeAfterSteps: 8 } }, CPU, true).loraPool).toBe(pool.bytes + merged.bytes);
     expect(merged.bytes).toBeGreaterThan(0);
     merged.dispose();
     ws.dispose();
@@ -82,7 +82,7 @@ describe('what memory_fraction leaves for the KV cache', () => {
     // loaded as f32, its pool on CUDA (bf16 activations) holds b beside W and A beneath it in f32.
     const cuda = cudaPlacement('bf16');
     const f32 = loadModel(`${FIXTURES}/models/tiny-qwen3`, { dtype: 'f32' });
-    const o = { ...base, lora: { ...lora, adapters: [], mergeAfterSteps: 8 } };
+    const o = { ...base, lora: { ...lora, mergeAfterSteps: 8 } };
     const planned = memoryBesidesKv(config, o, cuda, true, f32.weights).loraPool;
     expect(planned).toBe(memoryBesidesKv(config, { ...o, dtype: 'f32' }, cuda, true).loraPool);
     expect(planned).toBeGreaterThan(memoryBesidesKv(config, o, cuda, true).loraPool);
@@ -104,7 +104,7 @@ describe('the KV cache on CUDA, against the device memory (given, as after the w
   const memory = (free: number, total = 16 * GiB) => () => ({ free, total });
   const blockBytes = KvCache.bytesPerToken(config, cuda) * 16;
   const besides = (o: typeof base) => {
-    const p = memoryBesidesKv(config, o, cuda, true);
+    const p = memoryBesidesKv(config, { ...o, lora: undefined }, cuda, true);
     return p.loraPool + p.activations + p.scratch;
   };
 

@@ -107,9 +107,9 @@ describeGpu('captureGraph and copyFromAsync', () => {
     ids.copyFromAsync(Int32Array.from([0, 0, 0]));
     fence.wait();
     expect(fence.done()).toBe(true);
-    expect(Array.from(host.toArray())).toEqual([30, 31, 32]);
-    expect(Array.from(tokens.toArray())).toEqual([7, 32, 30, 10]);
-    expect(Array.from(embedRows.toArray())).toEqual([1, 132, 230, 4]);
+    expect([...host.toArray()]).toEqual([30, 31, 32]);
+    expect([...tokens.toArray()]).toEqual([7, 32, 30, 10]);
+    expect([...embedRows.toArray()]).toEqual([1, 132, 230, 4]);
     expect(() => ids.copyToAsync(addon.empty('i32', [3]))).toThrow(/dst must be a pinned cpu tensor/);
     expect(() => ids.copyToAsync(addon.pinnedEmpty('i32', [4]))).toThrow(/dst is i32\[4\] but the tensor is i32\[3\]/);
     expect(() => addon.captureGraph(() => fence.record())).toThrow(/while a CUDA graph is being captured/);

@@ -114,8 +114,8 @@ describe('feedTokens', () => {
   it('takes the rows with a source from the samples, with their embedding rows, and leaves the others', () => {
     const tokens = i32([4], [7, 8, 9, 10]), embedRows = i32([4], [1, 2, 3, 4]);
     addon.feedTokens(tokens, embedRows, i32([3], [30, 31, 32]), i32([4], [-1, 2, 0, -1]), i32([4], [0, 1, 2, 3]), 100);
-    expect(Array.from(tokens.toArray())).toEqual([7, 32, 30, 10]);
-    expect(Array.from(embedRows.toArray())).toEqual([1, 132, 230, 4]);
+    expect([...tokens.toArray()]).toEqual([7, 32, 30, 10]);
+    expect([...embedRows.toArray()]).toEqual([1, 132, 230, 4]);
   });
 
   it('rejects bad arguments, naming them', () => {

@@ -27,8 +27,8 @@ describe('readIntoAsync', () => {
     addon.readInto(sync, 0, file, 16, 'f32', 100, scale);
     const async = addon.pinnedEmpty('bf16', [10, 10]);
     await addon.readIntoAsync(async, 0, file, 16, 'f32', 100, scale);
-    expect(Array.from(sync.toArray())).toEqual(Array.from(want));
-    expect(Array.from(async.toArray())).toEqual(Array.from(want));
+    expect([...sync.toArray()]).toEqual([...want]);
+    expect([...async.toArray()]).toEqual([...want]);
   });
 
   it('keeps the memory alive when the tensor is disposed mid-read', async () => {

@@ -13,12 +13,12 @@ describe('upload', () => {
     const whole = addon.zeros('f32', [1, 3]);
     expect(src.device).toBe('cpu');
     addon.upload([{ dst, src, row: 1, col: 2 }, { dst: whole, src: addon.fromArray('f32', [1, 3], seq(3, 7)) }]);
-    const d = Array.from(dst.toArray());
+    const d = [...dst.toArray()];
     expect(d.slice(5, 10)).toEqual([105, 106, 1, 2, 3]);
     expect(d.slice(10, 15)).toEqual([110, 111, 4, 5, 6]);
     expect(d.slice(0, 5)).toEqual([100, 101, 102, 103, 104]);
     expect(d.slice(15)).toEqual([115, 116, 117, 118, 119]);
-    expect(Array.from(whole.toArray())).toEqual([7, 8, 9]);
+    expect([...whole.toArray()]).toEqual([7, 8, 9]);
   });
 
   it('refuses a region that does not fit, another dtype or a bad offset, copying nothing', () => {
@@ -34,7 +34,7 @@ describe('upload', () => {
     ] as const;
     for (const [region, message] of bad) {
       expect(() => addon.upload([ok, region as never])).toThrow(message);
-      expect(Array.from(dst.toArray())).toEqual([1, 2, 3, 4]);
+      expect([...dst.toArray()]).toEqual([1, 2, 3, 4]);
     }
   });
 
@@ -45,6 +45,6 @@ describe('upload', () => {
     expect(() => addon.upload([], 1 as never)).toThrow(/upload: join must be a boolean/);
     const other = addon.fromArray('f32', [2, 2], seq(4));
     expect(() => addon.upload([{ dst: other, src, row: 2 ** 60 } as never])).toThrow(/region 0: row must be an integer of at most 2\^53 - 1/);
-    expect(Array.from(other.toArray())).toEqual([1, 2, 3, 4]);
+    expect([...other.toArray()]).toEqual([1, 2, 3, 4]);
   });
 });
