@@ -55,6 +55,7 @@ export class ServerMetrics {
     mirror('mstar:lora_load_seconds_total', 'Host time spent starting adapter copies into slots.', (s) => s.lora?.loadSeconds ?? 0);
     mirror('mstar:lora_slot_turns_total', 'Pinned slots handed to a waiting adapter when a time slice ended.', (s) => s.lora?.turns ?? 0);
     mirror('mstar:lora_merges_total', 'Adapters merged into the weights for steps that ran them alone.', (s) => s.lora?.merges ?? 0);
+    mirror('mstar:lora_merged_steps_total', 'Steps run with an adapter merged into the weights.', (s) => s.lora?.mergedSteps ?? 0);
 
     this.ttft = new Histogram({ name: 'mstar:time_to_first_token_seconds', help: 'Time from request arrival to its first token.', buckets: TTFT_BUCKETS, registers });
     this.itl = new Histogram({ name: 'mstar:inter_token_latency_seconds', help: 'Time between successive outputs of a request.', buckets: ITL_BUCKETS, registers });

@@ -97,5 +97,6 @@ describe('LoRA over HTTP, merge_after_steps', () => {
       expect(ids).toEqual(c.output_ids);
     }
     expect(await s.metric('mstar:lora_merges_total')).toBe(served.length);
+    expect(await s.metric('mstar:lora_merged_steps_total')).toBeGreaterThan(0);
   });
 });
