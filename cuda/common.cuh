@@ -105,6 +105,8 @@ __device__ __forceinline__ void prefetchL2(const void* p) { asm volatile("prefet
 // memory) left decode attention after it with ~28 KB of L1, too little to keep its key rows
 // in flight: a third of its blocks ran ~25% longer (Qwen3-0.6B, 16 sequences of 4096 keys).
 int carveoutFor(int64_t blocks, size_t bytes);
+// Blocks of `bytes` shared memory each (static and dynamic) that one SM holds at most.
+int blocksPerSm(size_t bytes);
 
 // kernel<<<grid, block, shared, stream()>>>(args...), as a dependent launch where the device
 // has them, asking for `carveout` (carveoutFor; -1: the driver's choice); `what` names it in

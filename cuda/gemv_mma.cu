@@ -73,6 +73,32 @@ constexpr size_t ringBytes(int ng, bool xr, int64_t steps = INT64_MAX) {
 }
 // The warps' partial sums at the end (static shared memory).
 __host__ __device__ constexpr size_t partialBytes(int ng) { return size_t(kWarps) * ng * 4 * 32 * sizeof(float); }
+// With a norm: the warps' sums of squares of x's rows (static), and the norm weight after the
+// ring (dynamic, in / 8 runs of 8).
+__host__ __device__ constexpr size_t squaresBytes(int ng) { return size_t(kWarps) * ng * 8 * sizeof(float); }
+constexpr size_t normBytes(int64_t in) { return size_t(in) * sizeof(bf16); }
+
+// x's 8 elements times the norm weight's, each product rounded to bf16 (exact in f32, then one
+// rounding: as the separate norm rounds its output once).
+__device__ __forceinline__ uint4 timesWeight(uint4 x, uint4 w) {
+  auto mul = [](unsigned a, unsigned b) {
+    const __nv_bfloat162 p = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
+    return *reinterpret_cast<const unsigned*>(&p);
+  };
+  return make_uint4(mul(x.x, w.x), mul(x.y, w.y), mul(x.z, w.z), mul(x.w, w.w));
+}
+
+// The sum of the squares of x's 8 elements, in f32.
+__device__ __forceinline__ float sumSquares(uint4 x) {
+  const unsigned v[4] = {x.x, x.y, x.z, x.w};
+  float s = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v[i]));
+    s += f.x * f.x + f.y * f.y;
+  }
+  return s;
+}
 
 // An extended projection's grid (see UnusedSlots): first the blocks of the slots its rows use,
 // perSlot / 16 for each of at most min(n, slots) slots, then W's rows (from / 16). A grid over
@@ -106,19 +132,35 @@ __device__ __forceinline__ int64_t firstOutput(const UnusedSlots& u, int64_t out
 // GATED: a block's 16 weight rows are 8 of gate and the same 8 of up, so that a lane's D holds
 // a gate output and its up output (rows g and g + 8 of the 16), and the block stores SiLU(gate)
 // · up, 8 outputs: a decode layer's SiLU·mul then costs no launch and no round trip of its own.
-template <int NG, bool XR, bool GATED>
+// NORM: x is the residual stream and the block norms it itself (see RowNorm), so that a decode
+// layer's two norms cost no launch: the norm weight comes into shared memory before the wait
+// (the separate norm's trick: a weight in the loop would come from HBM, a step at a time, as
+// a fortieth-session prototype that read it there measured), each lane sums the squares of
+// the x it loads anyway, and the warps' sums meet with their partial sums.
+template <int NG, bool XR, bool GATED, bool NORM>
 __global__ __launch_bounds__(kWarps * 32) void gemvMmaKernel(bf16* out, const bf16* x, const bf16* w, int64_t ldw,
                                                              const void* bias, DType biasType, int n, int64_t in,
-                                                             int64_t outF, bool accumulate, UnusedSlots u) {
+                                                             int64_t outF, bool accumulate, UnusedSlots u,
+                                                             RowNorm norm) {
   constexpr int kStages = stagesFor(NG, XR), kSlots = slotsFor(NG, XR);
-  extern __shared__ uint4 ring[];  // [kStages][kWarps][kSlots][32]
+  extern __shared__ uint4 ring[];  // [kStages][kWarps][kSlots][32], then with NORM the norm weight
   __shared__ float partial[kWarps][NG * 4][32];
+  __shared__ float squares[NORM ? kWarps : 1][NORM ? NG * 8 : 1];
   static_assert(sizeof(partial) == partialBytes(NG), "the launch's carveout counts partialBytes");
+  static_assert(!NORM || sizeof(squares) == squaresBytes(NG), "the launch's carveout counts squaresBytes");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
   // The warp's k: `steps` runs of 32 elements, `stride` apart, from 32 · warp.
   const int64_t o0 = GATED ? int64_t(blockIdx.x) * 8 : firstOutput(u, outF, n, lane), stride = 32 * kWarps;
   if (o0 < 0) return;
   const int64_t steps = in / stride;
+  // The norm weight's runs of 8 (after the stages the launch gave the ring), copied as a group
+  // of its own before the weight stages' groups.
+  uint4* const normRuns = ring + (steps < kStages ? steps : kStages) * kWarps * kSlots * 32;
+  if constexpr (NORM) {
+    for (int64_t r = threadIdx.x; r < in / 8; r += blockDim.x)
+      copy16(normRuns + r, static_cast<const bf16*>(norm.w) + 8 * r);
+    commitCopies();
+  }
   // Weight row r of the block's 16 (gated: gate's o0 + r, then up's o0 + r - 8). Rows past the
   // outputs read the last (valid memory); their outputs are not stored.
   auto row = [&](int r) {
@@ -150,6 +192,10 @@ __global__ __launch_bounds__(kWarps * 32) void gemvMmaKernel(bf16* out, const bf
   // group kStages - 1 + j: either way all but the kStages - 1 latest groups.
   for (int j = 0; j < kStages - 1; ++j) issue(j, false);
   awaitPrior();
+  if constexpr (NORM) {  // the norm weight's group, the oldest: every thread's copies landed
+    awaitCopies<kStages - 1>();
+    __syncthreads();
+  }
 #pragma unroll
   for (int gi = 0; gi < NG; ++gi) xr[gi] = 8 * gi + g < n ? x + (8 * gi + g) * in + 32 * warp + 8 * q : nullptr;
   // The outputs this thread stores at the end: v = threadIdx.x + i · 256 of the block's NG · 4 · 32.
@@ -174,15 +220,20 @@ __global__ __launch_bounds__(kWarps * 32) void gemvMmaKernel(bf16* out, const bf
       commitCopies();
     }
   float acc[NG][4] = {};
+  float squared[NG] = {};  // NORM: this lane's share of the sum of squares of row 8 gi + g of x
   for (int64_t j = 0; j < steps; ++j) {
     issue(j + kStages - 1, XR);  // into the slots step j - 1 came from (this lane read them already)
     awaitCopies<kStages - 1>();  // step j's copies have landed
     const uint4 a0 = *slot(j, 0), a8 = *slot(j, 1);
 #pragma unroll
     for (int gi = 0; gi < NG; ++gi) {
-      const uint4 b = XR       ? *slot(j, 2 + gi)
-                      : xr[gi] ? *reinterpret_cast<const uint4*>(xr[gi] + j * stride)
-                               : make_uint4(0, 0, 0, 0);
+      uint4 b = XR       ? *slot(j, 2 + gi)
+                : xr[gi] ? *reinterpret_cast<const uint4*>(xr[gi] + j * stride)
+                         : make_uint4(0, 0, 0, 0);
+      if constexpr (NORM) {  // the lane's k: 32 warp + 8 q + j stride, run 4 warp + q + 32 j
+        squared[gi] += sumSquares(b);
+        b = timesWeight(b, normRuns[4 * warp + q + (stride / 8) * j]);
+      }
       // k slots 2q, 2q+1 | 2q+8, 2q+9 take elements 0, 1 | 2, 3 of the lane's 8, then 4, 5 | 6, 7.
       mma(acc[gi], {a0.x, a8.x, a0.y, a8.y}, b.x, b.y);
       mma(acc[gi], {a0.z, a8.z, a0.w, a8.w}, b.z, b.w);
@@ -193,7 +244,26 @@ __global__ __launch_bounds__(kWarps * 32) void gemvMmaKernel(bf16* out, const bf
   for (int gi = 0; gi < NG; ++gi)
 #pragma unroll
     for (int k = 0; k < 4; ++k) partial[warp][gi * 4 + k][lane] = acc[gi][k];
+  if constexpr (NORM)
+#pragma unroll
+    for (int gi = 0; gi < NG; ++gi) {  // the 4 lanes of row g, then the warps' in shared memory
+      float s = squared[gi];
+      s += __shfl_xor_sync(~0u, s, 1);
+      s += __shfl_xor_sync(~0u, s, 2);
+      if (q == 0) squares[warp][8 * gi + g] = s;
+    }
   __syncthreads();
+  // Row r's norm scale (1 without NORM), as rmsNorm computes it.
+  auto scaleOf = [&](int r) {
+    float s = 0;
+    if constexpr (NORM) {
+#pragma unroll
+      for (int p = 0; p < kWarps; ++p) s += squares[p][r];
+      return 1.0f / sqrtf(s / float(in) + norm.eps);
+    } else {
+      return 1.0f;
+    }
+  };
   // Each output's partial sums in warp order.
 #pragma unroll
   for (int i = 0; i < kOuts; ++i) {
@@ -204,11 +274,13 @@ __global__ __launch_bounds__(kWarps * 32) void gemvMmaKernel(bf16* out, const bf
     float s = 0;
 #pragma unroll
     for (int p = 0; p < kWarps; ++p) s += partial[p][v / 32][v % 32];
+    const float scale = scaleOf(r);
+    s *= scale;
     if constexpr (GATED) {
       float up = 0;  // D's element k + 2: row g + 8 of the 16, the same column
 #pragma unroll
       for (int p = 0; p < kWarps; ++p) up += partial[p][v / 32 + 2][v % 32];
-      out[r * outF + o] = fromF<bf16>(siluTimes(toF(fromF<bf16>(s)), toF(fromF<bf16>(up))));
+      out[r * outF + o] = fromF<bf16>(siluTimes(toF(fromF<bf16>(s)), toF(fromF<bf16>(up * scale))));
       continue;
     }
     const bf16 y = fromF<bf16>(s + (bias ? loadAny(bias, biasType, o) : 0.0f));
@@ -218,11 +290,11 @@ __global__ __launch_bounds__(kWarps * 32) void gemvMmaKernel(bf16* out, const bf
 
 // grid: the blocks of 16 rows (with u's slot layout, those of W and of the slots the rows use;
 // gated, of 8 outputs).
-template <int NG, bool XR, bool GATED>
+template <int NG, bool XR, bool GATED, bool NORM>
 void launchGemvMma(bf16* out, const bf16* x, const bf16* w, int64_t ldw, const Weights* bias, int n, int64_t in,
-                   int64_t outF, bool accumulate, const UnusedSlots& u, unsigned grid) {
-  constexpr size_t kRing = ringBytes(NG, XR);
-  constexpr auto kernel = gemvMmaKernel<NG, XR, GATED>;
+                   int64_t outF, bool accumulate, const UnusedSlots& u, unsigned grid, const RowNorm& norm) {
+  constexpr size_t kRing = ringBytes(NG, XR) + (NORM ? normBytes(kMaxNormIn) : 0);
+  constexpr auto kernel = gemvMmaKernel<NG, XR, GATED, NORM>;
   static const bool sized = [] {  // the ring is over the 48 KB a launch gets without asking
     check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kRing)),
           "cudaFuncSetAttribute (tensor-core GEMV)");
@@ -242,19 +314,43 @@ void launchGemvMma(bf16* out, const bf16* x, const bf16* w, int64_t ldw, const W
   // ring -> this, on two machines: 1 row 0.797 -> 0.792 and 0.797 -> 0.790, 2 rows 0.823 ->
   // 0.813 and 0.824 -> 0.813; LoRA off and Qwen3-8B (12 layers) equal.
   const int64_t perSm = (grid + smCount() - 1) / smCount();
-  const size_t ring = ringBytes(NG, XR, in / (32 * kWarps));
-  launchCarved("linear tensor-core GEMV kernel", carveoutFor(perSm, ring + partialBytes(NG)), kernel, grid,
-      kWarps * 32, ring, out, x, w, ldw, bias ? bias->data : nullptr, bias ? bias->dtype : DType::F32, n, in, outF,
-      accumulate, u);
+  const size_t ring = ringBytes(NG, XR, in / (32 * kWarps)) + (NORM ? normBytes(in) : 0);
+  const size_t statics = partialBytes(NG) + (NORM ? squaresBytes(NG) : 0);
+  launchCarved("linear tensor-core GEMV kernel", carveoutFor(perSm, ring + statics), kernel, grid, kWarps * 32, ring,
+      out, x, w, ldw, bias ? bias->data : nullptr, bias ? bias->dtype : DType::F32, n, in, outF, accumulate, u, norm);
 }
 
-template <bool XR, bool GATED = false>
+// Groups of 8 rows of x that dispatchRows gives n rows.
+constexpr int groupsFor(int64_t n) { return n <= 8 ? 1 : n <= 16 ? 2 : 4; }
+
+// Whether every block of a grid with a norm is on the SMs at once (its shared memory: the ring,
+// the partial sums, the norm weight and the sums of squares). Only then does each block's copy
+// of the norm weight land before the wait; a later wave's blocks copy it on their path. Where
+// the grid does not fit, the norm and the GEMV run apart. bench/decode_step.mjs on an H200,
+// LoRA off, GPU ms a step, apart -> fused regardless: Qwen3-8B (12 layers; in 4096: 2 blocks an
+// SM where the GEMV alone fits 3; qkv 384 and gate_up 1536 blocks) 2 rows 1.755 -> 1.868, 4 rows
+// 1.815 -> 2.110; Llama-3.2-1B 2 rows 0.883 -> 0.898 (gate_up's 1024 blocks, 3 an SM).
+bool normFits(int ng, bool xr, int64_t in, unsigned grid) {
+  const size_t bytes = ringBytes(ng, xr, in / (32 * kWarps)) + partialBytes(ng) + normBytes(in) + squaresBytes(ng);
+  return int64_t(grid) <= int64_t(blocksPerSm(bytes)) * smCount();
+}
+
+template <bool XR, bool GATED, bool NORM>
 void dispatchRows(bf16* out, const bf16* x, const bf16* w, int64_t ldw, const Weights* bias, int n, int64_t in,
-                  int64_t outF, bool accumulate, const UnusedSlots& u, int64_t gridRows) {
+                  int64_t outF, bool accumulate, const UnusedSlots& u, int64_t gridRows, const RowNorm& norm) {
   const unsigned grid = GATED ? blocksFor(outF, 8) : blocksFor(gridRows, 16);
-  if (n <= 8) launchGemvMma<1, XR, GATED>(out, x, w, ldw, bias, n, in, outF, accumulate, u, grid);
-  else if (n <= 16) launchGemvMma<2, XR, GATED>(out, x, w, ldw, bias, n, in, outF, accumulate, u, grid);
-  else if constexpr (XR && !GATED) launchGemvMma<4, XR, GATED>(out, x, w, ldw, bias, n, in, outF, accumulate, u, grid);
+  if (n <= 8) launchGemvMma<1, XR, GATED, NORM>(out, x, w, ldw, bias, n, in, outF, accumulate, u, grid, norm);
+  else if (n <= 16) launchGemvMma<2, XR, GATED, NORM>(out, x, w, ldw, bias, n, in, outF, accumulate, u, grid, norm);
+  else if constexpr (XR && !GATED)
+    launchGemvMma<4, XR, GATED, NORM>(out, x, w, ldw, bias, n, in, outF, accumulate, u, grid, norm);
+}
+
+// dispatchRows with NORM where norm has a weight.
+template <bool XR, bool GATED = false>
+void dispatchNorm(bf16* out, const bf16* x, const bf16* w, int64_t ldw, const Weights* bias, int n, int64_t in,
+                  int64_t outF, bool accumulate, const UnusedSlots& u, int64_t gridRows, const RowNorm& norm) {
+  if (norm.w) dispatchRows<XR, GATED, true>(out, x, w, ldw, bias, n, in, outF, accumulate, u, gridRows, norm);
+  else dispatchRows<XR, GATED, false>(out, x, w, ldw, bias, n, in, outF, accumulate, u, gridRows, norm);
 }
 
 }  // namespace
@@ -268,17 +364,20 @@ GemvMmaFit gemvMmaFit(int64_t n, int64_t in, int64_t outF) {
 }
 
 bool gemvMma(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
-             bool accumulate, const UnusedSlots& u, bool gated) {
+             bool accumulate, const UnusedSlots& u, bool gated, const RowNorm& norm) {
   const int64_t ldw = w.ld ? w.ld : in, wRows = gated ? 2 * outF : outF;
   if (act != DType::BF16 || w.dtype != DType::BF16 || gemvMmaFit(n, in, wRows) == GemvMmaFit::None ||
       !runsOf8(x, in, sizeof(bf16)) || !runsOf8(w.data, ldw, sizeof(bf16)))
+    return false;
+  if (norm.w && (in > kMaxNormIn || accumulate || u.slotOfRow || !runsOf8(norm.w, in, sizeof(bf16)) ||
+                 !normFits(groupsFor(n), !gated && outF <= in, in, gated ? blocksFor(outF, 8) : blocksFor(outF, 16))))
     return false;
   auto* o = static_cast<bf16*>(out);
   auto* xp = static_cast<const bf16*>(x);
   auto* wp = static_cast<const bf16*>(w.data);
   if (gated) {  // x through L1 (wRows > in), at most 16 rows (dispatchRows); no bias, accumulate or slot layout
     if (wRows <= in || n > 16 || bias || accumulate || u.slotOfRow) return false;
-    dispatchRows<false, true>(o, xp, wp, ldw, nullptr, int(n), in, outF, false, {}, 0);
+    dispatchNorm<false, true>(o, xp, wp, ldw, nullptr, int(n), in, outF, false, {}, 0, norm);
     return true;
   }
   // Whole blocks a slot, n <= 32 (a lane a row; gemvMmaFit's rows are fewer), and W's rows
@@ -289,8 +388,8 @@ bool gemvMma(DType act, void* out, const void* x, Weights w, const Weights* bias
     slots = u;
     gridRows = u.from + std::min(n, (outF - u.from) / u.perSlot - 1) * u.perSlot;  // slot 0 aside
   }
-  if (outF <= in) dispatchRows<true>(o, xp, wp, ldw, bias, int(n), in, outF, accumulate, slots, gridRows);
-  else dispatchRows<false>(o, xp, wp, ldw, bias, int(n), in, outF, accumulate, slots, gridRows);
+  if (outF <= in) dispatchNorm<true>(o, xp, wp, ldw, bias, int(n), in, outF, accumulate, slots, gridRows, norm);
+  else dispatchNorm<false>(o, xp, wp, ldw, bias, int(n), in, outF, accumulate, slots, gridRows, norm);
   return true;
 }
 

@@ -18,7 +18,16 @@ GemvMmaFit gemvMmaFit(int64_t n, int64_t in, int64_t outF);
 // where each slot's rows are whole blocks of 16, W has rows before them (from > 0) and n <= 32.
 // gated: w is [gate; up] (2 · outF rows) and out takes SiLU(gate) · up, rounded as siluMul
 // rounds them (linearSiluMul); only where 2 · outF > in, without bias, accumulate or unused.
+// norm: x is a residual stream that the GEMV norms itself (rmsNormLinear): each x element times
+// its norm weight on its way into the mma, the row's 1 / sqrt(mean(x²) + eps) on the outputs;
+// only with a bf16 weight of at most kMaxNormIn, without accumulate or unused, and where the
+// grid's blocks are all on the SMs at once (gemv_mma.cu's normFits).
+struct RowNorm {
+  const void* w = nullptr;  // [in] bf16; null: x is the input as it is
+  float eps = 0;
+};
+constexpr int64_t kMaxNormIn = 8192;
 bool gemvMma(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
-             bool accumulate, const UnusedSlots& unused = {}, bool gated = false);
+             bool accumulate, const UnusedSlots& unused = {}, bool gated = false, const RowNorm& norm = {});
 
 }  // namespace mstar::gpu

@@ -104,6 +104,11 @@ int carveoutFor(int64_t blocks, size_t bytes) {
   return int(std::min<int64_t>(100, (need * 100 + gSharedPerSm - 1) / gSharedPerSm));
 }
 
+int blocksPerSm(size_t bytes) {
+  stream();
+  return int(gSharedPerSm / (int64_t(bytes) + gSharedReserved));
+}
+
 bool dependentLaunch() {
   stream();
   return gDependentLaunch;

@@ -73,6 +73,11 @@ void linear(DType act, void* out, const void* x, Weights w, const Weights* bias,
 // first in columns): one kernel at decode sizes, else linear into gateUp [n, 2 · inter], then siluMul.
 void linearSiluMul(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in,
                    int64_t inter, void* gateUp);
+// out = rmsNorm(residual) · wᵀ (+ bias), or with gateUp SiLU(gate) · up of it (as linearSiluMul,
+// outF = inter): one kernel at decode sizes, else rmsNorm into x [n, in], then linear or
+// linearSiluMul (gateUp [n, 2 · inter] their scratch).
+void rmsNormLinear(DType act, void* out, const void* residual, Weights normW, float eps, Weights w, const Weights* bias,
+                   int64_t n, int64_t in, int64_t outF, void* x, void* gateUp);
 void rope(DType act, void* qkv, const int32_t* positions, const float* invFreq, int64_t n, HeadLayout l, int half);
 // gateUp's rows ldg apart (0: 2 * inter); d's delta joins gate and up first, each rounded.
 void siluMul(DType act, void* out, const void* gateUp, int64_t n, int64_t inter, int64_t ldg = 0,

@@ -68,6 +68,10 @@ void linear(DType, void*, const void*, Weights, const Weights*, int64_t, int64_t
   none();
 }
 void linearSiluMul(DType, void*, const void*, Weights, const Weights*, int64_t, int64_t, int64_t, void*) { none(); }
+void rmsNormLinear(DType, void*, const void*, Weights, float, Weights, const Weights*, int64_t, int64_t, int64_t, void*,
+                   void*) {
+  none();
+}
 void rope(DType, void*, const int32_t*, const float*, int64_t, HeadLayout, int) { none(); }
 void siluMul(DType, void*, const void*, int64_t, int64_t, int64_t, const LoraDelta&) { none(); }
 void add(DType, void*, const void*, const void*, int64_t) { none(); }

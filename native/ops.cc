@@ -256,6 +256,58 @@ Napi::Value LinearSiluMul(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// rmsNormLinear(out, residual, normW, eps, w, bias, x, gateUp?): out = rmsNorm(residual) · wᵀ
+// (+ bias), w's first columns (a pool may widen its rows); with gateUp, w is [gate; up] and out
+// takes SiLU(gate) · up (linearSiluMul). x [rows, in] (and gateUp) are scratch where the ops
+// run one by one (the CPU; CUDA past the tensor-core GEMV's sizes): x then holds the norm.
+Napi::Value RmsNormLinear(const Napi::CallbackInfo& info) {
+  OpArgs a(info, "rmsNormLinear");
+  Tensor &out = a.tensor(0, "out"), &res = a.tensor(1, "residual"), &nw = a.tensor(2, "normW");
+  const float eps = float(a.number(3, "eps"));
+  Tensor& w = a.tensor(4, "w");
+  Tensor* bias = a.optionalTensor(5, "bias");
+  Tensor& x = a.tensor(6, "x");
+  Tensor* gu = a.optionalTensor(7, "gateUp");
+  const bool cuda = a.oneDevice();
+  const DType act = a.expectAct(res, "residual");
+  a.expectRank(res, 2, "residual");
+  const int64_t n = res.dim(0), in = res.dim(1);
+  a.expectFloat(nw, "normW");
+  a.expectShape(nw, {in}, "normW ([residual's columns])");
+  a.expectFloat(w, "w");
+  a.expectRank(w, 2, "w");
+  a.expect(w.dim(1) >= in && (!gu || w.dim(0) % 2 == 0), [&] {
+    return "w " + w.describe() + " must be [" + (gu ? "gate and up rows of one count" : "out") +
+        ", at least residual's " + std::to_string(in) + " columns]";
+  });
+  const int64_t outF = gu ? w.dim(0) / 2 : w.dim(0);
+  a.expectAct(out, "out");
+  a.expectShape(out, {n, outF}, gu ? "out ([rows of residual, half of w's rows])" : "out ([rows of residual, w's rows])");
+  a.expectAct(x, "x");
+  a.expectShape(x, {n, in}, "x (residual's shape)");
+  if (gu) {
+    a.expectAct(*gu, "gateUp");
+    a.expectShape(*gu, {n, w.dim(0)}, "gateUp ([rows of residual, w's rows])");
+  }
+  const cpu::Weights b = bias ? expectBias(a, *bias, w.dim(0), "bias ([w's rows])") : cpu::Weights{};
+  const cpu::Weights weights = linearWeights(a, w, 0);
+  if (cuda) {
+    a.run([&] {
+      gpu::rmsNormLinear(act, out.data(), res.data(), a.weights(nw), eps, weights, bias ? &b : nullptr, n, in, outF,
+                         x.data(), gu ? gu->data() : nullptr);
+    });
+    return info.Env().Undefined();
+  }
+  cpu::rmsNorm(x.ptr<float>(), res.ptr<float>(), a.weights(nw), n, in, eps);
+  if (!gu) {
+    cpu::linear(out.ptr<float>(), x.ptr<float>(), weights, bias ? &b : nullptr, n, in, outF);
+    return info.Env().Undefined();
+  }
+  cpu::linear(gu->ptr<float>(), x.ptr<float>(), weights, bias ? &b : nullptr, n, in, 2 * outF);
+  cpu::siluMul(out.ptr<float>(), gu->ptr<float>(), n, outF);
+  return info.Env().Undefined();
+}
+
 Napi::Value Rope(const Napi::CallbackInfo& info) {
   OpArgs a(info, "rope");
   Tensor &qkv = a.tensor(0, "qkv"), &pos = a.tensor(1, "positions"), &inv = a.tensor(2, "invFreq");
@@ -509,6 +561,7 @@ void RegisterOps(Napi::Env env, Napi::Object exports) {
   exports["linearWide"] = Napi::Function::New<LinearWide>(env, "linearWide");
   exports["rope"] = Napi::Function::New<Rope>(env, "rope");
   exports["linearSiluMul"] = Napi::Function::New<LinearSiluMul>(env, "linearSiluMul");
+  exports["rmsNormLinear"] = Napi::Function::New<RmsNormLinear>(env, "rmsNormLinear");
   exports["siluMul"] = Napi::Function::New<SiluMul>(env, "siluMul");
   exports["add"] = Napi::Function::New<Add>(env, "add");
   exports["gatherRows"] = Napi::Function::New<GatherRows>(env, "gatherRows");

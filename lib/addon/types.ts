@@ -263,6 +263,16 @@ export interface Binding {
    * linear into gateUp, then siluMul.
    */
   linearSiluMul(out: Tensor, x: Tensor, w: Tensor, bias: Tensor | null, gateUp: Tensor): void;
+  /**
+   * A norm and the projection that reads it: out = rmsNorm(residual) * normW, times wᵀ (+ bias),
+   * w's first columns (a pool may widen its rows); with gateUp, w is [gate; up] and out takes
+   * SiLU(gate) · up as linearSiluMul. At decode sizes CUDA's tensor-core GEMV norms the residual
+   * itself (no launch of the norm's own, x untouched); elsewhere (and the CPU) rmsNorm into x,
+   * then linear or linearSiluMul (gateUp their scratch), x and gateUp scratch either way.
+   */
+  rmsNormLinear(
+    out: Tensor, residual: Tensor, normW: Tensor, eps: number, w: Tensor, bias: Tensor | null, x: Tensor, gateUp?: Tensor,
+  ): void;
   /** In place on q and k heads; rotates the first 2 * invFreq.length dims of each head. */
   rope(qkv: Tensor, positions: Tensor, invFreq: Tensor, numHeads: number, numKvHeads: number, headDim: number): void;
   /** out = SiLU(gate) · up; with a LoraDelta, gate and up each plus the row's delta (gateUp's rows wider: t after them). */

@@ -167,29 +167,44 @@ export class LlamaModel {
       const t = extended(name);
       return t ? cols + t.bCols : adapted(name) ? 0 : cols;
     };
+    /**
+     * rmsNorm(residual) by norm weight `weight` and projection `name` after it as one op (one
+     * kernel on CUDA at decode sizes; with gu, SiLU·mul of gate_up into out): false, and nothing
+     * run, where a pending output must join the residual first or the projection is adapted.
+     */
+    const normedProjection = (out: Tensor, weight: string, name: string, gu?: Tensor): boolean => {
+      if (pending || adapted(name)) return false;
+      addon.rmsNormLinear(out, residual, this.w(weight), c.rmsNormEps, this.w(name), this.bias(name), x, gu);
+      return true;
+    };
     for (let l = 0; l < c.numLayers; l++) {
       const p = `layers.${l}`;
-      const input = norm(`${p}.attn_norm`, gemmWidth(`${p}.qkv`, qkvCols));
       const tq = extended(`${p}.qkv`);
-      const q = tq ? projectExtended('qkv', input, tq, qkvCols) : qkv;
-      if (!tq) project(qkv, input, `${p}.qkv`);
+      let q = qkv;
+      if (!normedProjection(qkv, `${p}.attn_norm`, `${p}.qkv`)) {
+        const input = norm(`${p}.attn_norm`, gemmWidth(`${p}.qkv`, qkvCols));
+        if (tq) q = projectExtended('qkv', input, tq, qkvCols);
+        else project(qkv, input, `${p}.qkv`);
+      }
       const [qNorm, kNorm] = this.qkNorms(l) ?? [null, null];
       addon.ropeKvWrite(q, step.positions, this.invFreq, kv.k[l], kv.v[l], step.slots, qNorm, kNorm, H, K, hd, c.rmsNormEps,
         ...(tq ? delta(tq) : []));
       addon.pagedAttention(attn, q, kv.k[l], kv.v[l], step.blockTables, step.queryStarts, step.contextLens, H, K, hd, this.scale);
       if (q !== qkv) release(q);
       addToResidual(attn, `${p}.o`);
-      const mlpInput = norm(`${p}.mlp_norm`, gemmWidth(`${p}.gate_up`, 2 * c.intermediateSize));
-      const tg = extended(`${p}.gate_up`);
-      if (tg) {
-        const gu = projectExtended('gateUp', mlpInput, tg, 2 * c.intermediateSize);
-        addon.siluMul(act, gu, ...delta(tg));
-        release(gu);
-      } else if (adapted(`${p}.gate_up`)) {
-        project(gateUp, mlpInput, `${p}.gate_up`);
-        addon.siluMul(act, gateUp);
-      } else {
-        addon.linearSiluMul(act, mlpInput, this.w(`${p}.gate_up`), this.bias(`${p}.gate_up`), gateUp);
+      if (!normedProjection(act, `${p}.mlp_norm`, `${p}.gate_up`, gateUp)) {
+        const mlpInput = norm(`${p}.mlp_norm`, gemmWidth(`${p}.gate_up`, 2 * c.intermediateSize));
+        const tg = extended(`${p}.gate_up`);
+        if (tg) {
+          const gu = projectExtended('gateUp', mlpInput, tg, 2 * c.intermediateSize);
+          addon.siluMul(act, gu, ...delta(tg));
+          release(gu);
+        } else if (adapted(`${p}.gate_up`)) {
+          project(gateUp, mlpInput, `${p}.gate_up`);
+          addon.siluMul(act, gateUp);
+        } else {
+          addon.linearSiluMul(act, mlpInput, this.w(`${p}.gate_up`), this.bias(`${p}.gate_up`), gateUp);
+        }
       }
       addToResidual(act, `${p}.down`);
     }
