@@ -1,8 +1,13 @@
 // A decode layer's norm and the projection after it as one op (rmsNormLinear): where the
 // tensor-core GEMV takes the projection, it norms the residual itself (gemvMma's RowNorm) and
 // the norm costs no launch of its own; elsewhere the two ops run one by one, the norm into x.
-#include <cstdlib>
-
+// bench/decode_step.mjs on an H200, LoRA off, GPU ms a step, apart -> one kernel (one process,
+// two machines): Qwen3-0.6B 1 row 0.684 -> 0.656 and 0.688 -> 0.660, 2 rows 0.710 -> 0.684 and
+// 0.712 -> 0.685, 8 rows 0.740 -> 0.709 and 0.744 -> 0.714, 16 rows 0.867 -> 0.849 and 0.872 ->
+// 0.855 (base rows alike; one adapter, whose norms add a delta, as before); Llama-3.2-1B
+// (qkv only: its gate_up is a large weight) 1 row equal, 2 rows 0.886 -> 0.892; Qwen3-8B equal
+// (its one-row projections are the GEMV's, and from 2 rows the norm's shared memory would
+// crowd the SMs: gemv_mma.cu's normFits).
 #include "common.cuh"
 #include "gemv_mma.cuh"
 
@@ -12,9 +17,8 @@ void rmsNormLinear(DType act, void* out, const void* residual, Weights normW, fl
                    int64_t n, int64_t in, int64_t outF, void* x, void* gateUp) {
   if (n == 0) return;
   const bool gated = gateUp != nullptr;
-  const char* off = std::getenv("MSTAR_X_NOFUSE");  // experiment: the ops one by one
-  const bool fuse = normW.dtype == DType::BF16 && !(off && *off && *off != '0');
-  if (fuse && gemvMma(act, out, residual, w, bias, n, in, outF, false, {}, gated, RowNorm{normW.data, eps})) return;
+  if (normW.dtype == DType::BF16 && gemvMma(act, out, residual, w, bias, n, in, outF, false, {}, gated, RowNorm{normW.data, eps}))
+    return;
   rmsNorm(act, x, residual, normW, n, in, eps, gated ? 2 * outF : outF);
   if (gated) linearSiluMul(act, out, x, w, bias, n, in, outF, gateUp);
   else linear(act, out, x, w, bias, n, in, outF);
