@@ -54,6 +54,17 @@ export function i64(shape: number[], data: ArrayLike<number>): Tensor {
   return addon.fromArray('i64', shape, BigInt64Array.from(Array.from(data), (v) => BigInt(v)));
 }
 
+/** Runs `step` once as a decode step's graph runs it: captured (nothing runs), replayed, waited for. */
+export function replayOnce(step: () => void): void {
+  const graph = addon.captureGraph(step);
+  try {
+    graph.replay();
+    addon.synchronize();
+  } finally {
+    graph.dispose();
+  }
+}
+
 /** A weight on both devices: the CPU copy and the CUDA copy hold the same (rounded) values. */
 export function weightPair(dtype: FloatDType, shape: number[], data: Float32Array): { cpu: Tensor; cuda: Tensor } {
   const cpu = addon.fromArray(dtype, shape, data);

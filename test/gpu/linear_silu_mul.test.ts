@@ -5,7 +5,7 @@
 // from a graph after the norm that writes x and lets the GEMV launch early, as decode steps run.
 import { describe, expect, it } from 'vitest';
 
-import { addon, describeGpu, expectClose, expectSame, floats, onCpu, onCuda, Rng, rounded, tol, weightPair, type Act } from './helpers.js';
+import { addon, describeGpu, expectClose, expectSame, floats, onCpu, onCuda, replayOnce, Rng, rounded, tol, weightPair, type Act } from './helpers.js';
 
 const EPS = 1e-6, SENTINEL = 7;
 
@@ -50,11 +50,8 @@ describeGpu('linearSiluMul', () => {
       addon.siluMul(apart, gateUp);
       expectSame(floats(cuda.out), floats(apart));
       addon.fill(cuda.out, 0);
-      const graph = addon.captureGraph(step);
-      graph.replay();
-      addon.synchronize();
+      replayOnce(step);
       expectClose(floats(cuda.out), floats(cpu), 2 * tol(act, true));
-      graph.dispose();
     });
   });
 });

@@ -6,7 +6,7 @@
 // bit. Eager, and replayed from a graph.
 import { describe, expect, it } from 'vitest';
 
-import { addon, describeGpu, expectClose, floats, onCpu, onCuda, Rng, rounded, tol, weightPair, type Act } from './helpers.js';
+import { addon, describeGpu, expectClose, floats, onCpu, onCuda, replayOnce, Rng, rounded, tol, weightPair, type Act } from './helpers.js';
 
 const EPS = 1e-6, SENTINEL = 7;
 
@@ -63,11 +63,8 @@ describeGpu('rmsNormLinear', () => {
       else addon.linear(apart, cuda.x, w.cuda, bias?.cuda ?? null, false, 0);
       expectClose(floats(cuda.out), floats(apart), 2 * tol(act, true));
       addon.fill(cuda.out, 0);
-      const graph = addon.captureGraph(step);
-      graph.replay();
-      addon.synchronize();
+      replayOnce(step);
       expectClose(floats(cuda.out), floats(cpu), 2 * tol(act, true));
-      graph.dispose();
     });
   });
 });
