@@ -18,6 +18,7 @@ const EPS = 1e-6, SENTINEL = 7;
  */
 function fused(act: Act, n: number, inF: number, rows: number, gated: boolean, bias: boolean, normBf16: boolean): boolean | undefined {
   if (act !== 'bf16' || !normBf16 || inF % 256 !== 0 || inF > 8192 || (gated && (bias || rows <= inF || n > 16))) return false;
+  if (!gated && n <= 2) return false;  // a plain projection from 3 rows (norm_linear.cu)
   const small = rows * inF * 2 < 32 << 20;
   if (small) return n >= 1 && n <= (rows <= inF ? 32 : 16);
   return n >= 2 && n <= 4 ? undefined : false;
@@ -41,7 +42,9 @@ describeGpu('rmsNormLinear', () => {
     const norm = weightPair(normDtype, [inF], rng.floats(inF, 0.5, 1.5));
     const w = weightPair('bf16', [rows, inF + wider], rng.floats(rows * (inF + wider), -0.05, 0.05));
     const bias = withBias ? weightPair('bf16', [rows], rng.floats(rows)) : null;
-    const cases: [number, Act][] = [[1, 'bf16'], [2, 'bf16'], [8, 'bf16'], [9, 'bf16'], [16, 'bf16'], [17, 'bf16'], [33, 'bf16'], [3, 'f32']];
+    const cases: [number, Act][] = [
+      [1, 'bf16'], [2, 'bf16'], [3, 'bf16'], [8, 'bf16'], [9, 'bf16'], [16, 'bf16'], [17, 'bf16'], [33, 'bf16'], [3, 'f32'],
+    ];
     it.each(cases)('%i rows, %s activations', (n, act) => {
       const res = rounded(act, rng.floats(n * inF, -2, 2));
       const cpu = addon.empty('f32', [n, outF]);
