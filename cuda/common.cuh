@@ -207,8 +207,9 @@ __device__ __forceinline__ void storeVec(T* p, const T (&v)[N]) {
   }
 }
 
-// From this many rows, a step with no LoRA delta is prefill-sized: ropeKvWrite and siluMul
-// take a row (token) a block there, with wide loads, instead of their decode-sized layouts.
+// From this many rows, a step with no LoRA delta is prefill-sized: siluMul takes a row (token)
+// a block there, with wide loads, instead of its decode-sized layout (ropeKvWrite from fewer:
+// rope_kv.cu's kRowsKernelFrom).
 constexpr int64_t kPrefillRows = 128;
 
 // Whether rows of `in` elements of `elem` bytes from p can be read in runs of 8 elements

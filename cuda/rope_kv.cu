@@ -173,9 +173,9 @@ __global__ __launch_bounds__(1024) void ropeKvTilesKernel(RopeKvArgs<bf16, C, W>
   }
 }
 
-// ropeKvKernel for prefill-sized steps with no delta: a block a token, its angles' cos and sin
-// once into shared memory (every q and k head turns by the same ones). The token's qkv row is
-// read in 16-byte chunks of D elements, L = headDim / D lanes a head, and each thread issues
+// ropeKvKernel for steps of many rows with no delta (kRowsKernelFrom): a block a token, its
+// angles' cos and sin once into shared memory (every q and k head turns by the same ones). The
+// token's qkv row is read in 16-byte chunks of D elements, L = headDim / D lanes a head, and each thread issues
 // the loads of all its chunks (up to kRowChunks) before it works on any: Qwen3-8B's 12 KB row
 // is then in flight at once. A dim's RoPE partner is half / D lanes away and a head's sum of
 // squares is over its L lanes: shuffles. H200, over a 4096-token step (bench/prefill_step.mjs,
@@ -269,6 +269,13 @@ __global__ __launch_bounds__(kRowsThreads) void ropeKvRowsKernel(RopeKvArgs<T, C
   }
 }
 
+// The rows (tokens) from which a step with no delta takes ropeKvRowsKernel: decode steps of 32
+// and more gained. H200, bench/decode_step.mjs, LoRA off, context 192, GPU ms a step, a warp a
+// head -> a block a token: Qwen3-0.6B 12 rows 0.822 -> 0.865, 16 0.872 -> 0.916, 24 1.296 ->
+// 1.296, 32 1.366 -> 1.343, 48 1.506 -> 1.472, 64 1.537 -> 1.518, 96 2.048 -> 1.924; Qwen3-8B
+// (12 layers) 16 1.831 -> 1.842, 32 1.985 -> 1.990, 64 2.108 -> 2.083.
+constexpr int64_t kRowsKernelFrom = 32;
+
 // Threads a block of ropeKvRowsKernel: kRowChunks chunks each (whole warps, 64 to kRowsThreads),
 // so that small rows make small blocks and more of them fit an SM (Qwen3-0.6B's 512 chunks in
 // 128 threads: 0.87 -> 0.79 ms a 4096-token step against 256; Qwen3-8B's 768 in 192: 1.80 ->
@@ -315,7 +322,7 @@ void ropeKvWrite(DType act, void* qkv, const int32_t* positions, const float* in
                 size_t(8) * l.headDim * sizeof(float), a, d);
           }
         }
-        if (!d.t && n >= kPrefillRows) {  // ropeKvRowsKernel; below, a warp a head
+        if (!d.t && n >= kRowsKernelFrom) {  // ropeKvRowsKernel; below, a warp a head
           if (rowsKernelTakes(qkv, sizeof(T), a.rowWidth, c, sizeof(C), l, half))
             return launch("ropeKvWrite kernel", ropeKvRowsKernel<T, C, W>, unsigned(n), rowsThreads(l, sizeof(T)), 0, a);
         }

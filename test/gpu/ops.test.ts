@@ -225,9 +225,10 @@ describeGpu('cuda row ops', () => {
 
     // The fused prologue gives what headRmsNorm + rope + kvWrite give on CUDA (up to the
     // compiler's choice of fused multiply-adds), and the CPU's values within tolerance;
-    // padding slots (-1) and slots past the cache are skipped. From 128 rows, a block a token
+    // padding slots (-1) and slots past the cache are skipped. From 32 rows, a block a token
     // (head dims 64, 128, 256; full and partial rotary), else the warp-per-head kernel.
     it.each([[4, 2, 8, 4, 9], [16, 8, 128, 64, 9], [3, 1, 33, 8, 9], [8, 2, 256, 128, 9], [2, 2, 64, 16, 9],
+      [16, 8, 128, 64, 31], [16, 8, 128, 64, 32], [4, 2, 64, 32, 40], [8, 2, 256, 128, 64],
       [16, 8, 128, 64, 160], [4, 2, 64, 32, 130], [8, 2, 256, 128, 128], [4, 4, 128, 32, 150], [2, 2, 64, 16, 140],
       [3, 1, 33, 8, 140], [4, 2, 8, 4, 129]])(
       'ropeKvWrite, %i q heads, %i kv heads, headDim %i, %i frequencies, %i rows', (h, kv, hd, half, n) => {
