@@ -175,13 +175,14 @@ __global__ __launch_bounds__(1024) void ropeKvTilesKernel(RopeKvArgs<bf16, C, W>
 
 // ropeKvKernel for steps of many rows with no delta (kRowsKernelFrom): a block a token, its
 // angles' cos and sin once into shared memory (every q and k head turns by the same ones). The
-// token's qkv row is read in 16-byte chunks of D elements, L = headDim / D lanes a head, and each thread issues
-// the loads of all its chunks (up to kRowChunks) before it works on any: Qwen3-8B's 12 KB row
-// is then in flight at once. A dim's RoPE partner is half / D lanes away and a head's sum of
-// squares is over its L lanes: shuffles. H200, over a 4096-token step (bench/prefill_step.mjs,
-// OPS=1): Qwen3-8B 2.09 -> 1.81 ms, Qwen3-0.6B 0.98 -> 0.88 against a warp a head at a time
-// with 8 bytes a lane (one load a warp in flight); before that, a warp a head with its own
-// sincos and its row through shared memory had taken 131 us a layer at Qwen3-0.6B (now 31).
+// token's qkv row is read in 16-byte chunks of D elements, L = headDim / D lanes a head, and
+// each thread issues the loads of all its chunks (up to kRowChunks) before it works on any:
+// Qwen3-8B's 12 KB row is then in flight at once. A dim's RoPE partner is half / D lanes away
+// and a head's sum of squares is over its L lanes: shuffles. H200, over a 4096-token step
+// (bench/prefill_step.mjs, OPS=1): Qwen3-8B 2.09 -> 1.81 ms, Qwen3-0.6B 0.98 -> 0.88 against a
+// warp a head at a time with 8 bytes a lane (one load a warp in flight); before that, a warp a
+// head with its own sincos and its row through shared memory had taken 131 us a layer at
+// Qwen3-0.6B (now 31).
 constexpr int kRowsThreads = 256;
 constexpr int kRowChunks = 4;  // Qwen3-8B's 48 heads of 128 dims are 768 chunks: 3 a thread
 constexpr int kMaxHalf = 128;
