@@ -307,7 +307,10 @@ describe.each([false, true])('LoRA in the engine (overlapped steps: %s)', (overl
       got.push([...runAll(e).get(`${i}`)!.tokens]);
     }
     for (const [i, [adapter, tokens]] of order.entries()) expect(got[i], `${i}: ${adapter}`).toEqual(await alone(ps[i % ps.length], adapter, tokens));
-    expect(e.stats().lora!.merges).toBeGreaterThanOrEqual(4);  // qv and mlp, twice each; emb never
+    // qv's and mlp's first runs merge to learn (no plain step is trusted yet: EXPLORE_STEPS);
+    // whether their later runs merge, over another's or after an unmerge, is the measured
+    // overhead's call, which a loaded machine's timings decide (CI once saw 3).
+    expect(e.stats().lora!.merges).toBeGreaterThanOrEqual(2);
   });
 });
 
