@@ -1,4 +1,5 @@
 // The contract between the engine (on its own thread) and its callers (the HTTP thread).
+import type { LoraStats } from '../lora/manager.js';
 
 /** Per-request generation settings, already validated (see lib/server/sampling.ts). */
 export interface SamplingParams {
@@ -86,24 +87,9 @@ export interface EngineStats {
   prefixCacheHits: number;
   steps: number;
   /** LoRA pool counters; absent when LoRA is off. */
-  lora?: {
-    registered: number;
-    resident: number;
+  lora?: LoraStats & {
     /** Waiting requests whose adapter is not in a slot. */
     waitingForSlot: number;
-    loads: number;
-    evictions: number;
-    loadSeconds: number;
-    /** Pinned slots handed to a waiting adapter at the end of a time slice (their requests paused). */
-    turns: number;
-    /** Adapters merged into the weights for a run of steps that ran them alone (merge_after_steps). */
-    merges: number;
-    /** Steps launched with an adapter merged. */
-    mergedSteps: number;
-    /** merge_after_steps 'auto': what a merge and its unmerge of every adapted weight take (ms), as measured. */
-    mergeMs?: number;
-    /** merge_after_steps 'auto': ms a decode step of one adapter's rows, unmerged, takes over one without adapter work, by row bucket, where known. */
-    stepOverheadMs?: { rows: number; ms: number }[];
   };
 }
 

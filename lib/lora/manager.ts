@@ -41,7 +41,7 @@ export interface LoraStats {
   loads: number;
   evictions: number;
   loadSeconds: number;
-  /** Pinned slots handed to a waiting adapter at the end of a time slice. */
+  /** Pinned slots handed to a waiting adapter at the end of a time slice (their requests paused). */
   turns: number;
   /** Adapters merged into the weights (each for a run of steps that ran it alone). */
   merges: number;
