@@ -2,7 +2,7 @@ import { open, rename, rm } from 'node:fs/promises';
 import { CheckpointError, formatShape } from './errors.js';
 import { ITEM_SIZE, isSafetensorsDtype, type SafetensorsDtype } from './dtype.js';
 
-/** Appends one chunk of a tensor's bytes to the file; await it before producing the next. */
+/** Appends one chunk of a tensor's bytes to the file. One call at a time: await it before the next, and leave the chunk as it is until then. */
 export type ChunkWriter = (chunk: Uint8Array) => Promise<void>;
 
 /**

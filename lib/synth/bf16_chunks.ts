@@ -1,6 +1,6 @@
 // A tensor's bf16 bytes produced 1 MiB at a time for the safetensors writer, so a tensor of any
-// size costs one chunk of memory. The writer awaits each chunk before asking for the next, so one
-// buffer is reused for the whole tensor.
+// size costs two chunks of memory: the next chunk is drawn while the last one is being written
+// (the writer takes one chunk at a time and reads it until its promise settles).
 import type { ChunkWriter } from '../checkpoint/safetensors_writer.js';
 import { toBf16Bits } from './bf16.js';
 import { gaussianBf16Table } from './gaussian_table.js';
@@ -15,26 +15,17 @@ export const CHUNK_BYTES = 1 << 20;
 export function bf16Chunks(elements: number, init: Init, rng: Rng): (write: ChunkWriter) => Promise<void> {
   return async (write) => {
     const chunkElements = Math.min(CHUNK_BYTES / 2, elements);
-    const buffer = new Uint16Array(chunkElements + (chunkElements & 1));
-    const bytes = new Uint8Array(buffer.buffer);
-    if (init.kind === 'constant') buffer.fill(toBf16Bits(init.value));
+    const buffers = [0, 1].map(() => new Uint16Array(chunkElements + (chunkElements & 1)));
+    if (init.kind === 'constant') for (const b of buffers) b.fill(toBf16Bits(init.value));
     const table = init.kind === 'normal' ? gaussianBf16Table(init.std) : null;
-    const words = table === null ? null : new Uint32Array(buffer.length / 2);
-    for (let done = 0; done < elements;) {
+    let writing = Promise.resolve();
+    for (let done = 0, k = 0; done < elements; k ^= 1) {
       const n = Math.min(chunkElements, elements - done);
-      if (table !== null && words !== null) fillNormal(buffer, words, table, rng);
-      await write(bytes.subarray(0, n * 2));
+      if (table !== null) rng.fillFromTable(buffers[k], table);
+      await writing;
+      writing = write(new Uint8Array(buffers[k].buffer, 0, n * 2));
       done += n;
     }
+    await writing;
   };
-}
-
-/** Two bf16 values per 32 random bits, each half indexing the quantile table. */
-function fillNormal(out: Uint16Array, words: Uint32Array, table: Uint16Array, rng: Rng): void {
-  rng.fill(words);
-  for (let j = 0, i = 0; j < words.length; j++, i += 2) {
-    const r = words[j];
-    out[i] = table[r & 0xffff];
-    out[i + 1] = table[r >>> 16];
-  }
 }
