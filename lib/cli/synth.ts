@@ -106,7 +106,7 @@ export async function runSynth(args: string[]): Promise<number> {
       adapters: { count: adapters, rank, alpha, targets },
       onWeights: (p) => {
         const frac = p.bytes / p.totalBytes;
-        status.update(`weights ${(frac * 100).toFixed(0).padStart(3)}%  ${formatBytes(p.bytes)} of ${formatBytes(p.totalBytes)}  ${p.file}  ${seconds()}`);
+        status.update(`weights ${(frac * 100).toFixed(0).padStart(3)}%  ${formatBytes(p.bytes)} of ${formatBytes(p.totalBytes)}  ${seconds()}`);
         if (!status.live && frac >= nextQuarter) {
           status.log(`weights ${Math.floor(frac * 100)}%  ${formatBytes(p.bytes)} of ${formatBytes(p.totalBytes)}  ${seconds()}`);
           while (nextQuarter <= frac) nextQuarter += 0.25;

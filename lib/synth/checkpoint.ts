@@ -1,22 +1,22 @@
 // Writes a random-weight checkpoint folder: config.json, the safetensors shards (+ index when
-// more than one), generation_config.json and a tokenizer. Tensor bytes are streamed 1 MiB at a
-// time, so writing an 8B model costs a few MiB of memory.
-import { mkdir, readdir, rm, writeFile } from 'node:fs/promises';
+// more than one), generation_config.json and a tokenizer. Each shard is sized with its header
+// written, then its tensors are drawn and written in place on worker threads (tensor_threads.ts),
+// 1 MiB at a time, so writing an 8B model costs a few MiB of memory a thread. A shard appears
+// under its name only once complete.
+import { mkdir, readdir, rename, rm, truncate, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 
 import { INDEX_FILE } from '../checkpoint/checkpoint.js';
 import { parseModelConfig, type ModelConfig } from '../checkpoint/config.js';
-import { writeSafetensors, type ChunkWriter, type TensorToWrite } from '../checkpoint/safetensors_writer.js';
-import { bf16Chunks } from './bf16_chunks.js';
-import { checkpointTensors, type SynthTensor } from './checkpoint_tensors.js';
+import { encodeSafetensorsHeader } from '../checkpoint/safetensors_writer.js';
+import { bf16Bytes, checkpointTensors } from './checkpoint_tensors.js';
 import type { RawConfig } from './presets.js';
-import { hashString, Rng } from './rng.js';
-import { MAX_SHARD_BYTES, planShards, shardIndex } from './shards.js';
+import { MAX_SHARD_BYTES, planShards, shardIndex, type Shard } from './shards.js';
+import type { TensorJob } from './tensor_job.js';
+import { runTensorJobs } from './tensor_threads.js';
 import { synthTokenizer } from './tokenizer.js';
 
 export interface WriteProgress {
-  /** Shard being written. */
-  file: string;
   bytes: number;
   totalBytes: number;
 }
@@ -24,6 +24,8 @@ export interface WriteProgress {
 export interface CheckpointOptions {
   seed?: number;
   maxShardBytes?: number;
+  /** Worker threads drawing tensors (default: a core each, at most 8); the bytes do not depend on it. */
+  threads?: number;
   onProgress?: (p: WriteProgress) => void;
 }
 
@@ -58,22 +60,34 @@ export async function writeSynthCheckpoint(dir: string, raw: RawConfig, opts: Ch
   await writeFile(join(dir, 'tokenizer.json'), JSON.stringify(tokenizer.tokenizerJson));
   await json('tokenizer_config.json', tokenizer.tokenizerConfig);
 
-  let bytes = 0;
-  for (const shard of shards) {
-    const counted = (t: SynthTensor): TensorToWrite['data'] => {
-      const produce = bf16Chunks(t.shape.reduce((a, d) => a * d, 1), t.init, new Rng(seed, hashString(t.name)));
-      return (write: ChunkWriter) => produce(async (chunk) => {
-        await write(chunk);
-        bytes += chunk.byteLength;
-        opts.onProgress?.({ file: shard.file, bytes, totalBytes });
-      });
-    };
-    await writeSafetensors(join(dir, shard.file),
-      shard.tensors.map((t) => ({ name: t.name, dtype: 'BF16' as const, shape: t.shape, data: counted(t) })),
-      { format: 'pt' });
-  }
+  await writeShards(dir, shards, totalBytes, seed, opts);
   if (shards.length > 1) await json(INDEX_FILE, shardIndex(shards));
   return { config, rawConfig, shards: shards.map((s) => s.file), tensorBytes: totalBytes };
+}
+
+/** Every shard's tensors, written in place under a temporary name, then renamed; nothing left behind on failure. */
+async function writeShards(dir: string, shards: readonly Shard[], totalBytes: number, seed: number, opts: CheckpointOptions): Promise<void> {
+  const files = shards.map((shard) => ({ shard, path: join(dir, shard.file), tmp: join(dir, `${shard.file}.partial-${process.pid}`) }));
+  try {
+    const jobs: TensorJob[] = [];
+    for (const { shard, tmp } of files) {
+      const header = encodeSafetensorsHeader(shard.tensors.map((t) => ({ name: t.name, dtype: 'BF16' as const, shape: t.shape })), { format: 'pt' });
+      await writeFile(tmp, header);
+      await truncate(tmp, header.byteLength + shard.bytes);
+      let offset = header.byteLength;
+      for (const t of shard.tensors) {
+        jobs.push({ file: tmp, offset, name: t.name, elements: bf16Bytes(t) / 2, init: t.init, seed });
+        offset += bf16Bytes(t);
+      }
+    }
+    let bytes = 0;
+    await runTensorJobs(jobs, (n) => opts.onProgress?.({ bytes: (bytes += n), totalBytes }), opts.threads);
+    for (const { path, tmp } of files) await rename(tmp, path);
+  } catch (e) {
+    // The first error is the one to report: a temporary file that cannot be removed is left.
+    await Promise.allSettled(files.map(({ tmp }) => rm(tmp, { force: true })));
+    throw e;
+  }
 }
 
 /** Weights of an earlier synth in the same folder: a stale index would shadow the new shards. */
