@@ -16,9 +16,10 @@ export function defaultThreads(): number {
 
 /** Runs every job; `onBytes` as chunks land. Rejects on the first failure, the other threads stopped. */
 export async function runTensorJobs(jobs: readonly TensorJob[], onBytes: (n: number) => void, threads = defaultThreads()): Promise<void> {
+  if (!Number.isInteger(threads) || threads < 1) throw new Error(`synth threads: a positive integer, got ${threads}`);
   const queue = [...jobs].sort((a, b) => b.elements - a.elements);
   if (queue.length === 0) return;
-  const count = Math.max(1, Math.min(threads, queue.length));
+  const count = Math.min(threads, queue.length);
   // Compiled code, like the engine's worker: a thread cannot load TypeScript sources.
   const script = join(packageRoot(), 'dist', 'lib', 'synth', 'tensor_worker.js');
   const workers = Array.from({ length: count }, () => new Worker(script));

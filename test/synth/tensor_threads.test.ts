@@ -47,6 +47,7 @@ describe('synthetic tensors on worker threads', () => {
       { ...job, file: join(dir, 'absent.bin'), name: 'missing' },
       { ...job, file: join(dir, 'absent-too.bin'), name: 'other' },
     ], () => {}, 2)).rejects.toThrow(/absent(-too)?\.bin, tensor (missing|other): ENOENT/);
+    await expect(runTensorJobs([{ ...job, file: join(dir, 'x.bin'), name: 'x' }], () => {}, 0)).rejects.toThrow(/positive integer, got 0/);
     // The second shard's temporary name is taken (by a folder): the first shard, sized and
     // begun, is removed, and no shard appears.
     const shards = { ...TINY_CONFIG, tie_word_embeddings: false };
