@@ -76,8 +76,9 @@ async function writeShards(dir: string, shards: readonly Shard[], totalBytes: nu
       await truncate(tmp, header.byteLength + shard.bytes);
       let offset = header.byteLength;
       for (const t of shard.tensors) {
-        jobs.push({ file: tmp, offset, name: t.name, elements: bf16Bytes(t) / 2, init: t.init, seed });
-        offset += bf16Bytes(t);
+        const bytes = bf16Bytes(t);
+        jobs.push({ file: tmp, offset, name: t.name, elements: bytes / 2, init: t.init, seed });
+        offset += bytes;
       }
     }
     let bytes = 0;
