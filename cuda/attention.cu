@@ -38,15 +38,23 @@ constexpr int kMinSplitKeys = 256;  // generalKernel: no split is shorter (its m
 // streamKernel's blocks and splits by the step's size. A step of no more (token, kv head)
 // blocks than SMs (decode of a few sequences) takes wide blocks (wideWarps: 16 warps, 8 where
 // a block has more than 2 query heads, whose registers spill under the 128 a thread of 16
-// warps) and no split under 256 keys: short contexts then take one block a kv head, which
-// writes its output itself (no partials, no ticket, no merge: each a round trip after the
-// keys), and a long one still spreads over splits. Larger steps keep blocks of 4 warps and
+// warps), and a token's keys split only where that saves at least kMergeRounds rounds of the
+// block's loop (streamShare): short contexts then take one block a kv head, which writes its
+// output itself (no partials, no ticket, no merge: each a round trip after the keys), and a
+// long one spreads over splits of 64 keys and more. Larger steps keep blocks of 4 warps and
 // splits of 32 keys: wide blocks hold one an SM (their registers), and at Qwen3-0.6B's 64
 // sequences (512 blocks) took 1.77 ms a step against 1.56. bench/decode_step.mjs, GPU ms a
 // step at 1 and 8 sequences, 4 warps and 32 keys / wide: context 192, Qwen3-0.6B 0.884, 0.971
 // / 0.808, 0.883 (one adapter 1.010, 1.107 / 0.931, 0.994); Qwen3-8B 4.48, 5.06 / 4.44, 4.92;
 // context 2048, Qwen3-8B 4.90, 5.77 / 4.63, 5.81.
-constexpr int kNarrowWarps = 4, kMinNarrowSplitKeys = 32, kMinWideSplitKeys = 256;
+constexpr int kNarrowWarps = 4, kMinNarrowSplitKeys = 32, kMinWideSplitKeys = 64;
+// Merging a token's splits (partials out, a ticket, the last block's re-read) costs about 3
+// rounds of a wide block's loop (Qwen3-0.6B at one sequence: a round ~0.93 µs a layer, the
+// merge ~2.8; more at 4 sequences), so splits must take at least 4 off. Against the former
+// rule (no split under 256 keys, none shorter): Qwen3-0.6B 1 to 8 sequences at 288-384 keys
+// 3-10% faster a step, 1 sequence at 512-1024 keys 7-10%; Qwen3-8B 1 to 4 sequences at 256-576
+// keys 0.4-4.3% (bench/decode_step.mjs; bench/RESULTS.md, forty-ninth session).
+constexpr int kMergeRounds = 4;
 // A wide block's warps for gt query heads of hd dims; 0 (none: narrow blocks) where its
 // warps' partial sums (warps × heads × dims floats) would pass 32 KB of shared memory.
 constexpr int wideWarps(int gt, int hd) { return gt <= 2 ? 16 : gt * hd <= 1024 ? 8 : 0; }
@@ -70,6 +78,8 @@ struct Args {
   int numSplits;
   int64_t splitKeys;
   int minShare;   // streamKernel: no split takes fewer keys
+  int roundKeys;    // streamKernel: keys a block takes a round of its loop
+  int mergeRounds;  // streamKernel: a token splits only where that takes this many rounds off its loop
   float* partO;   // [tokens, numHeads, numSplits, headDim], each split's normalised output
   float* partML;  // [tokens, numHeads, numSplits, 2]: its running max (of scores in log2 units) and sum of weights
   int* tickets;   // streamKernel: [tokens, gridDim.y], zero between launches; null: combineKernel merges
@@ -123,9 +133,13 @@ __device__ __forceinline__ TokenKeys keysOf(const Args& p, int64_t t) {
 }
 
 // streamKernel's keys per split for a token with `count` keys: even shares, none shorter
-// than minShare.
+// than minShare; or all of them in one split where the shares would take fewer than
+// mergeRounds rounds off the loop (their merge would cost more).
 __device__ __forceinline__ int64_t streamShare(const Args& p, int64_t count) {
-  return max(int64_t(p.minShare), (count + p.numSplits - 1) / p.numSplits);
+  const int64_t share = max(int64_t(p.minShare), (count + p.numSplits - 1) / p.numSplits);
+  const int64_t k = p.roundKeys;
+  if ((count + k - 1) / k - (share + k - 1) / k < p.mergeRounds) return max(count, int64_t(1));
+  return share;
 }
 
 // The cache row of `key`, or -1 where its table entry is outside the cache.
@@ -657,6 +671,12 @@ int64_t residentBlocks(Kernel kernel, int threads) {
   return known[kernel] = int64_t(smCount()) * std::max(1, perSm);
 }
 
+// Keys a streamKernel block of `warps` warps and gt query heads takes a round: its stride.
+int roundKeys(int headDim, DType cache, int warps, int gt) {
+  const int lanesPerKey = headDim * int(dtypeSize(cache)) / 16;
+  return warps * (32 / std::max(1, lanesPerKey)) * (gt > 4 ? 1 : 2);
+}
+
 // streamKernel takes head dims whose row is 4 to 32 16-byte loads (not f32 rows of 256).
 bool streams(int headDim, DType cache) {
   const int bytes = headDim * int(dtypeSize(cache));
@@ -717,7 +737,8 @@ void pagedAttention(DType act, void* out, const void* qkv, KvCache c, const int3
 
   Args a{out, qkv, c.k, c.v, blockTables, queryStarts, contextLens, int(numSeqs), maxBlocks, c.numBlocks,
          int(c.blockSize), blockShift(c.blockSize), l.numHeads, l.numKvHeads, l.headDim, l.stride(), scale, int(splits), splitKeys,
-         int(minKeys), nullptr, nullptr, nullptr, vec};
+         int(minKeys), roundKeys(l.headDim, c.dtype, threads / 32, gt), wide ? kMergeRounds : 0, nullptr, nullptr, nullptr,
+         vec};
   const size_t parts = size_t(numTokens) * l.numHeads * size_t(splits);
   // partML after partO, at an even float (its pairs load as float2).
   const size_t oFloats = (parts * l.headDim + 1) / 2 * 2;
