@@ -92,8 +92,8 @@ const BATCHES: [string, Seq[], number, number?][] = [
   // bf16 steps with prefill go to tensor cores, in tiles of 64 or 128 query tokens and keys.
   ['prefill over several query tiles', [{ cached: 0, fresh: 150 }, { cached: 70, fresh: 65 }, { cached: 0, fresh: 2 }, { cached: 200, fresh: 1 }], 16],
   // A captured decode graph's table is as wide as the longest context allowed: contexts in
-  // it split across blocks by their own lengths (where that saves the splits 3 rounds of the
-  // block's loop: 300 and 700 split, the short ones take one block each).
+  // it split across blocks by their own lengths (where that takes 4 rounds off the block's
+  // loop: 300 and 700 keys split, 2 and 33 never do).
   ['short decode in a wide table', [{ cached: 170, fresh: 1 }, { cached: 2, fresh: 1 }, { cached: 33, fresh: 1 }, { cached: 700, fresh: 1 }, { cached: 300, fresh: 1 }], 16, 2000],
   // More (token, kv head) blocks than an H200's 132 SMs with 8 kv heads: the streaming
   // kernel's narrow blocks, split where the GPU has room (the cases above take wide ones).
