@@ -132,6 +132,12 @@ __device__ __forceinline__ TokenKeys keysOf(const Args& p, int64_t t) {
           max(int64_t(0), ctx - qLen)};
 }
 
+// Keys a streamKernel block of `warps` warps and gt query heads takes a round of its loop
+// (its stride: a key row is 16-byte loads by lanes of a warp, keyBytes / 16 of them).
+__host__ __device__ constexpr int roundKeys(int keyBytes, int warps, int gt) {
+  return warps * (32 / (keyBytes / 16)) * (gt > 4 ? 1 : 2);
+}
+
 // streamKernel's keys per split for a token with `count` keys: even shares, none shorter
 // than minShare; or all of them in one split where the shares would take fewer than
 // mergeRounds rounds off the loop (their merge would cost more).
@@ -287,6 +293,7 @@ __global__ __launch_bounds__(NW * 32, streamBlocksPerSm(GT, NW)) void streamKern
   // their use and their K and V rows loaded one round before, so a warp always has a round
   // of loads in flight and the table's round trip is off the path.
   constexpr int stride = NW * KPW * U;
+  static_assert(stride == roundKeys(HD * int(sizeof(C)), NW, GT), "streamShare's rounds are this loop's");
   auto lookup = [&](int c0, int32_t (&slot)[U]) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -671,12 +678,6 @@ int64_t residentBlocks(Kernel kernel, int threads) {
   return known[kernel] = int64_t(smCount()) * std::max(1, perSm);
 }
 
-// Keys a streamKernel block of `warps` warps and gt query heads takes a round: its stride.
-int roundKeys(int headDim, DType cache, int warps, int gt) {
-  const int lanesPerKey = headDim * int(dtypeSize(cache)) / 16;
-  return warps * (32 / std::max(1, lanesPerKey)) * (gt > 4 ? 1 : 2);
-}
-
 // streamKernel takes head dims whose row is 4 to 32 16-byte loads (not f32 rows of 256).
 bool streams(int headDim, DType cache) {
   const int bytes = headDim * int(dtypeSize(cache));
@@ -737,8 +738,8 @@ void pagedAttention(DType act, void* out, const void* qkv, KvCache c, const int3
 
   Args a{out, qkv, c.k, c.v, blockTables, queryStarts, contextLens, int(numSeqs), maxBlocks, c.numBlocks,
          int(c.blockSize), blockShift(c.blockSize), l.numHeads, l.numKvHeads, l.headDim, l.stride(), scale, int(splits), splitKeys,
-         int(minKeys), roundKeys(l.headDim, c.dtype, threads / 32, gt), wide ? kMergeRounds : 0, nullptr, nullptr, nullptr,
-         vec};
+         int(minKeys), wide ? roundKeys(l.headDim * int(dtypeSize(c.dtype)), threads / 32, gt) : 1, wide ? kMergeRounds : 0,
+         nullptr, nullptr, nullptr, vec};
   const size_t parts = size_t(numTokens) * l.numHeads * size_t(splits);
   // partML after partO, at an even float (its pairs load as float2).
   const size_t oFloats = (parts * l.headDim + 1) / 2 * 2;
