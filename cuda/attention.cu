@@ -243,6 +243,13 @@ __device__ void mergeSplits(const Args& p, int64_t t, int h0, int used) {
   }
 }
 
+// *ticket + 1, returning the old value, as an acquire-release atomic at GPU scope.
+__device__ __forceinline__ int ticketAcqRel(int* ticket) {
+  int prior;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(prior) : "l"(ticket) : "memory");
+  return prior;
+}
+
 // Sum over the lanes of one group of G consecutive lanes (G a power of two).
 template <int G>
 __device__ __forceinline__ float groupSum(float v) {
@@ -446,15 +453,18 @@ __global__ __launch_bounds__(NW * 32, streamBlocksPerSm(GT, NW)) void streamKern
   finishBlock<T, GT, HD, NW>(p, t, h0, split, direct, sM, sL, sAcc);
   if (direct || !p.tickets) return;
   // The last of the token's splits to finish merges them (no second launch): each block
-  // makes its partials visible, then takes a ticket.
+  // takes a ticket once its threads' partials are written. One thread's acquire-release
+  // atomic after the barrier publishes them all (a release covers what the barrier showed its
+  // thread), and in the last block takes in the other splits' (the barrier after passes that
+  // on), where every thread had fenced before the ticket and again after it: Qwen3-0.6B's
+  // decode step at contexts that split (384-4096 keys, 1-8 sequences) 0.5-1.4% faster,
+  // Qwen3-8B's up to 0.5% (bench/decode_step.mjs; bench/RESULTS.md, fiftieth session).
   __shared__ bool last;
-  __threadfence();
   __syncthreads();
   int* ticket = p.tickets + t * gridDim.y + blockIdx.y;
-  if (threadIdx.x == 0) last = atomicAdd(ticket, 1) == used - 1;
+  if (threadIdx.x == 0) last = ticketAcqRel(ticket) == used - 1;
   __syncthreads();
   if (!last) return;
-  __threadfence();
   mergeSplits<T, GT>(p, t, h0, used);
   if (threadIdx.x == 0) *ticket = 0;  // ready for the next launch
 }
