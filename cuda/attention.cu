@@ -53,7 +53,9 @@ constexpr int kNarrowWarps = 4, kMinNarrowSplitKeys = 32, kMinWideSplitKeys = 64
 // merge ~2.8; more at 4 sequences), so splits must take at least 4 off. Against the former
 // rule (no split under 256 keys, none shorter): Qwen3-0.6B 1 to 8 sequences at 288-384 keys
 // 3-10% faster a step, 1 sequence at 512-1024 keys 7-10%; Qwen3-8B 1 to 4 sequences at 256-576
-// keys 0.4-4.3% (bench/decode_step.mjs; bench/RESULTS.md, forty-ninth session).
+// keys 0.4-4.3% (bench/decode_step.mjs; bench/RESULTS.md, forty-ninth session). With the
+// merge's ticket taken by one thread (fiftieth session), 2 rounds would gain at one sequence
+// (256 keys: 0.679 -> 0.664 ms) but lose 3.5-5% at 4 and 8: still 4.
 constexpr int kMergeRounds = 4;
 // A wide block's warps for gt query heads of hd dims; 0 (none: narrow blocks) where its
 // warps' partial sums (warps × heads × dims floats) would pass 32 KB of shared memory.
