@@ -25,6 +25,7 @@ import { addon } from '../dist/lib/addon/index.js';
 import { Engine } from '../dist/lib/engine/engine.js';
 import { GraphRunner } from '../dist/lib/engine/graph_runner.js';
 import { cudaPlacement, loadModel } from '../dist/lib/models/index.js';
+import { median } from './median.mjs';
 
 const dir = process.argv[2];
 if (!dir) throw new Error('usage: node bench/decode_host.mjs DIR');
@@ -41,7 +42,6 @@ const engine = new Engine(model, {
 engine.captureGraphs();
 const params = { maxTokens: STEPS + 32, temperature: 0, topP: 1, topK: 0, seed: null, stopTokenIds: [], ignoreEos: true, minTokens: 0, logprobs: null };
 const tick = () => new Promise((r) => setImmediate(r));
-const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
 let serial = 0;
 
 /** µs a decode step over the middle STEPS - 32 steps of C sequences, stepped as worker.ts does. */

@@ -2,6 +2,7 @@
 // decode step runs them: no launch gaps), over copies of their weights that together pass
 // L2 (a step reads its weights from HBM, not from the last call's cache).
 import { addon } from '../dist/lib/addon/index.js';
+import { median } from './median.mjs';
 
 /**
  * Median µs per call of op(i), i = 0 .. calls - 1, replaying a graph of the calls `reps` times.
@@ -22,8 +23,7 @@ export function graphTimedUs(calls, op, reps = 7) {
     samples.push((performance.now() - t0) / calls);
   }
   graph.dispose();
-  samples.sort((a, b) => a - b);
-  return samples[reps >> 1] * 1e3;
+  return median(samples) * 1e3;
 }
 
 /** Copies of a 2-D device tensor, enough of them (at least `least`, at most `most`) to pass `bytes`. */

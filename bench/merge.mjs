@@ -15,6 +15,7 @@ import { HostAdapter } from '../dist/lib/lora/host_adapter.js';
 import { MergedWeights } from '../dist/lib/lora/merged_weights.js';
 import { SlotWeights } from '../dist/lib/lora/slot_weights.js';
 import { CPU, cudaPlacement, loadModel } from '../dist/lib/models/index.js';
+import { median } from './median.mjs';
 
 const dir = process.argv[2];
 if (!dir) throw new Error('usage: node bench/merge.mjs DIR');
@@ -27,7 +28,6 @@ const host = await HostAdapter.read(readAdapter('lora-000', join(dir, 'adapters'
 pool.load(1, host);
 const merged = new MergedWeights(pool);
 
-const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const timed = (f) => {
   addon.synchronize();
   const t0 = performance.now();

@@ -24,6 +24,7 @@ import { addon } from '../dist/lib/addon/index.js';
 import { loraGemmRowsSetting } from '../dist/lib/engine/options.js';
 import { CPU, cudaPlacement, KvCache, loadModel, stepTensors } from '../dist/lib/models/index.js';
 import { Workspace } from '../dist/lib/models/workspace.js';
+import { median } from './median.mjs';
 import { poolWithOneAdapter } from './one_adapter.mjs';
 
 const dir = process.argv[2];
@@ -60,7 +61,6 @@ function step(P, len, rowSlot) {
 }
 
 const MODES = [['off', undefined, wsOff], ['pool', undefined, wsOn], ['base', 0, wsOn], ['one', slot, wsOn]];
-const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
 const fmt = (ms) => ms.toFixed(2).padStart(7);
 
 /** Host ms until forward returns, and ms until the GPU is done. */

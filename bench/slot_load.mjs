@@ -16,6 +16,7 @@ import { readAdapter } from '../dist/lib/lora/adapter.js';
 import { HostAdapter } from '../dist/lib/lora/host_adapter.js';
 import { SlotWeights } from '../dist/lib/lora/slot_weights.js';
 import { CPU, cudaPlacement, loadModel } from '../dist/lib/models/index.js';
+import { median } from './median.mjs';
 
 const dir = process.argv[2];
 if (!dir) throw new Error('usage: node bench/slot_load.mjs DIR');
@@ -27,7 +28,6 @@ const pool = new SlotWeights(model.config, 3, RANK, TARGETS, model.weights, plac
 const limits = { maxRank: RANK, targets: TARGETS };
 const hosts = await Promise.all(['lora-000', 'lora-001'].map((name) => HostAdapter.read(readAdapter(name, join(dir, 'adapters', name), model.config, limits), pool)));
 
-const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const host = [], done = [];
 for (let i = 0; i < WARMUP + LOADS; i++) {
   addon.synchronize();

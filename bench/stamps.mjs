@@ -18,6 +18,7 @@ import { join } from 'node:path';
 import { addon } from '../dist/lib/addon/index.js';
 import { decodeSetup, decodeStep } from './decode_inputs.mjs';
 import { warmCapture } from './graph_timing.mjs';
+import { median } from './median.mjs';
 
 const dir = process.argv[2];
 if (!dir) throw new Error('usage: node bench/stamps.mjs DIR');
@@ -45,7 +46,6 @@ function stampsOf(graph) {
   });
 }
 
-const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
 
 /**
  * Layer LAYER's kernels (attention to attention), µs by kind over the whole step (first stamp to

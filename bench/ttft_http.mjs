@@ -13,6 +13,8 @@ import { request } from 'node:http';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 
+import { median } from './median.mjs';
+
 const dir = process.argv[2];
 if (!dir) throw new Error('usage: node bench/ttft_http.mjs DIR');
 const LEN = Number(process.env.LEN ?? 4096), REPS = Number(process.env.REPS ?? 8), PORT = Number(process.env.PORT ?? 8011);
@@ -60,7 +62,6 @@ try {
   };
   await viaFetch();  // new GEMM plans, connections
   await viaHttp();
-  const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
   for (const [name, send] of [['fetch', viaFetch], ['node:http', viaHttp]]) {
     const [s0, c0] = await serverTtft();
     const ms = [];
