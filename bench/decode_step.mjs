@@ -37,7 +37,7 @@ const { model, pool, kv, tableWidth } = setup;
 const stepMs = (s, ws) => graphTimedUs(STEPS, () => model.forward(s, kv, ws).dispose(), REPS) / 1e3;
 
 const OPS = ['embedding', 'rmsNorm', 'addRmsNorm', 'linear', 'linearWide', 'loraShrink', 'linearExpand', 'loraExpand',
-  'ropeKvWrite', 'pagedAttention', 'siluMul', 'linearSiluMul', 'rmsNormLinear', 'gatherRows'];
+  'ropeKvWrite', 'pagedAttention', 'pagedAttentionLinear', 'siluMul', 'linearSiluMul', 'rmsNormLinear', 'gatherRows'];
 const VARIANTS = process.env.VARIANTS?.split(';').map((v) => v.split(',').filter(Boolean).map((e) => e.split('=')));
 
 /** GPU ms of step s (under each of VARIANTS, printed; returned: the first variant's best). */

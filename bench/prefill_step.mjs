@@ -115,7 +115,7 @@ if (process.env.OPS === '1' && cuda) {
   // captured 5 times in a graph and replayed (accumulating ops add again: the times hold).
   const P = Math.max(...PROMPTS);
   const names = ['embedding', 'rmsNorm', 'addRmsNorm', 'linear', 'linearWide', 'loraJoin', 'loraShrink', 'linearExpand', 'loraExpand',
-    'ropeKvWrite', 'pagedAttention', 'siluMul', 'linearSiluMul', 'rmsNormLinear', 'gatherRows'];
+    'ropeKvWrite', 'pagedAttention', 'pagedAttentionLinear', 'siluMul', 'linearSiluMul', 'rmsNormLinear', 'gatherRows'];
   const originals = Object.fromEntries(names.map((k) => [k, addon[k]]));
   for (const [mode, rowSlot, ws] of MODES) {
     model.lora = mode === 'off' ? undefined : pool;

@@ -28,6 +28,7 @@
 #include <unordered_map>
 
 #include "attention_prefill.cuh"
+#include "attention_split.cuh"
 #include "common.cuh"
 
 namespace mstar::gpu {
@@ -39,7 +40,7 @@ constexpr int kMinSplitKeys = 256;  // generalKernel: no split is shorter (its m
 // blocks than SMs (decode of a few sequences) takes wide blocks (wideWarps: 16 warps, 8 where
 // a block has more than 2 query heads, whose registers spill under the 128 a thread of 16
 // warps), and a token's keys split only where that saves at least kMergeRounds rounds of the
-// block's loop (streamShare): short contexts then take one block a kv head, which writes its
+// block's loop (SplitRule::share): short contexts then take one block a kv head, which writes its
 // output itself (no partials, no ticket, no merge: each a round trip after the keys), and a
 // long one spreads over splits of 64 keys and more. Larger steps keep blocks of 4 warps and
 // splits of 32 keys: wide blocks hold one an SM (their registers), and at Qwen3-0.6B's 64
@@ -57,6 +58,9 @@ constexpr int kNarrowWarps = 4, kMinNarrowSplitKeys = 32, kMinWideSplitKeys = 64
 // merge's ticket taken by one thread (fiftieth session), 2 rounds would gain at one sequence
 // (256 keys: 0.679 -> 0.664 ms) but lose 3.5-5% at 4 and 8: still 4.
 constexpr int kMergeRounds = 4;
+// Where the o projection merges the splits (pagedAttentionSplits), they cost attention no merge:
+// a token splits wherever that takes a round off its loop.
+constexpr int kDeferredMergeRounds = 1;
 // A wide block's warps for gt query heads of hd dims; 0 (none: narrow blocks) where its
 // warps' partial sums (warps × heads × dims floats) would pass 32 KB of shared memory.
 constexpr int wideWarps(int gt, int hd) { return gt <= 2 ? 16 : gt * hd <= 1024 ? 8 : 0; }
@@ -77,14 +81,12 @@ struct Args {
   int numHeads, numKvHeads, headDim;
   int64_t rowWidth;
   float scale;
-  int numSplits;
+  SplitRule rule;  // numSplits: the grid's; the rest streamKernel's (a share of each token's keys)
   int64_t splitKeys;
-  int minShare;   // streamKernel: no split takes fewer keys
-  int roundKeys;    // streamKernel: keys a block takes a round of its loop
-  int mergeRounds;  // streamKernel: a token splits only where that takes this many rounds off its loop
   float* partO;   // [tokens, numHeads, numSplits, headDim], each split's normalised output
   float* partML;  // [tokens, numHeads, numSplits, 2]: its running max (of scores in log2 units) and sum of weights
   int* tickets;   // streamKernel: [tokens, gridDim.y], zero between launches; null: combineKernel merges
+  bool deferred;  // streamKernel: tokens of at most kMaxDeferredSplits splits write partials only (pagedAttentionSplits)
   bool vec;       // generalKernel: the head is exactly 32 * DPL dims and rows are aligned
 };
 
@@ -101,53 +103,23 @@ __device__ __forceinline__ void loadDims(float (&dst)[DPL], const C* head, int l
   }
 }
 
-// Where token t's keys are: its sequence (the last s with queryStarts[s] <= t, as the
-// CPU's upper_bound), that sequence's block table, and how many keys it sees.
-// In a decode step token t is sequence t's one query: that guess and its context length
-// load together, one round trip, and only a miss (prefill chunks) binary-searches. (The
-// search's chain of dependent loads, 5 at 32 sequences and then the length, came before
-// every other load of the block.)
+// Where token t's keys are (attention_split.cuh's tokenSpan): its sequence's block table, how
+// many keys it sees, and its sequence's first key written in this step (by the kernel before).
 struct TokenKeys {
   const int32_t* table;
-  int64_t count;
-  int64_t fresh;  // its sequence's first key written in this step (by the kernel before)
+  int count;
+  int64_t fresh;
 };
 __device__ __forceinline__ TokenKeys keysOf(const Args& p, int64_t t) {
-  int lo = int(min(t, int64_t(p.numSeqs - 1)));
-  int64_t qStart = p.queryStarts[lo], qEnd = p.queryStarts[lo + 1];
-  int64_t ctx = p.contextLens[lo];
-  if (!(qStart <= t && t < qEnd)) {
-    int hi = p.numSeqs - 1;
-    lo = 0;
-    while (lo < hi) {
-      int mid = (lo + hi + 1) / 2;
-      if (p.queryStarts[mid] <= t) lo = mid;
-      else hi = mid - 1;
-    }
-    qStart = p.queryStarts[lo];
-    qEnd = p.queryStarts[lo + 1];
-    ctx = p.contextLens[lo];
-  }
-  const int64_t qLen = qEnd - qStart;
-  const int64_t pos = ctx - qLen + (t - qStart);  // the last key it sees
-  return {p.tables + int64_t(lo) * p.maxBlocks, max(int64_t(0), min(pos + 1, p.maxBlocks * p.blockSize)),
-          max(int64_t(0), ctx - qLen)};
+  const TokenSpan s = tokenSpan(p.queryStarts, p.contextLens, p.numSeqs, t);
+  return {p.tables + int64_t(s.seq) * p.maxBlocks, keyCount(s, t, p.maxBlocks * p.blockSize),
+          max(int64_t(0), s.ctx - (s.qEnd - s.qStart))};
 }
 
 // Keys a streamKernel block of `warps` warps and gt query heads takes a round of its loop
 // (its stride: a key row is 16-byte loads by lanes of a warp, keyBytes / 16 of them).
 __host__ __device__ constexpr int roundKeys(int keyBytes, int warps, int gt) {
   return warps * (32 / (keyBytes / 16)) * (gt > 4 ? 1 : 2);
-}
-
-// streamKernel's keys per split for a token with `count` keys: even shares, none shorter
-// than minShare; or all of them in one split where the shares would take fewer than
-// mergeRounds rounds off the loop (their merge would cost more).
-__device__ __forceinline__ int64_t streamShare(const Args& p, int64_t count) {
-  const int64_t share = max(int64_t(p.minShare), (count + p.numSplits - 1) / p.numSplits);
-  const int64_t k = p.roundKeys;
-  if ((count + k - 1) / k - (share + k - 1) / k < p.mergeRounds) return max(count, int64_t(1));
-  return share;
 }
 
 // The cache row of `key`, or -1 where its table entry is outside the cache.
@@ -181,7 +153,7 @@ __device__ void finishBlock(const Args& p, int64_t t, int h0, int split, bool di
     if (direct) {
       static_cast<T*>(p.out)[(t * p.numHeads + h) * hd + d] = fromF<T>(o);
     } else {
-      int64_t at = (t * p.numHeads + h) * p.numSplits + split;
+      int64_t at = (t * p.numHeads + h) * p.rule.numSplits + split;
       p.partO[at * hd + d] = o;
       if (d == 0) {
         p.partML[at * 2] = M;
@@ -200,10 +172,10 @@ template <typename T, int G>
 __device__ void mergeSplits(const Args& p, int64_t t, int h0, int used) {
   __shared__ float sM[G][kMaxSplits], sL[G][kMaxSplits], sW[G][kMaxSplits];
   const int hd = p.headDim;
-  const int64_t base = (t * p.numHeads + h0) * p.numSplits;  // head h0 + g, split s: base + g * numSplits + s
+  const int64_t base = (t * p.numHeads + h0) * p.rule.numSplits;  // head h0 + g, split s: base + g * numSplits + s
   for (int e = threadIdx.x; e < G * used; e += blockDim.x) {
     const int g = e / used, s = e % used;
-    const float2 ml = __ldcg(reinterpret_cast<const float2*>(p.partML) + base + g * p.numSplits + s);
+    const float2 ml = __ldcg(reinterpret_cast<const float2*>(p.partML) + base + g * p.rule.numSplits + s);
     sM[g][s] = ml.x;
     sL[g][s] = ml.y;
   }
@@ -217,7 +189,7 @@ __device__ void mergeSplits(const Args& p, int64_t t, int h0, int used) {
   __syncthreads();
   for (int e = threadIdx.x; e < G * hd; e += blockDim.x) {
     const int g = e / hd, d = e % hd;
-    const float* o = p.partO + (base + g * p.numSplits) * hd + d;
+    const float* o = p.partO + (base + g * p.rule.numSplits) * hd + d;
     float L = 0, O = 0;
     int s = 0;
     for (; s + 8 <= used; s += 8) {  // eight loads in flight, then their sums
@@ -290,10 +262,10 @@ __global__ __launch_bounds__(NW * 32, streamBlocksPerSm(GT, NW)) void streamKern
   // waits (a token with no keys gets zeros), so the launch still completes only after the
   // kernel before it (awaitPrior's rule).
   const TokenKeys keys = keysOf(p, t);
-  const int64_t share = streamShare(p, keys.count);
-  const int used = int(max(int64_t(1), min(int64_t(p.numSplits), (keys.count + share - 1) / share)));
-  if (p.tickets && split >= used) return;
-  const int kBegin = int(min(keys.count, split * share)), kEnd = int(min(keys.count, kBegin + share));
+  const int share = p.rule.share(keys.count);
+  const int used = p.rule.used(keys.count);
+  if ((p.tickets || p.deferred) && split >= used) return;
+  const int kBegin = int(min(int64_t(keys.count), int64_t(split) * share)), kEnd = min(keys.count, kBegin + share);
   const int64_t kvWidth = int64_t(p.numKvHeads) * HD;
   const C* kBase = static_cast<const C*>(p.k) + int64_t(kvh) * HD + sub * EPL;
   const C* vBase = static_cast<const C*>(p.v) + int64_t(kvh) * HD + sub * EPL;
@@ -302,7 +274,7 @@ __global__ __launch_bounds__(NW * 32, streamBlocksPerSm(GT, NW)) void streamKern
   // their use and their K and V rows loaded one round before, so a warp always has a round
   // of loads in flight and the table's round trip is off the path.
   constexpr int stride = NW * KPW * U;
-  static_assert(stride == roundKeys(HD * int(sizeof(C)), NW, GT), "streamShare's rounds are this loop's");
+  static_assert(stride == roundKeys(HD * int(sizeof(C)), NW, GT), "SplitRule's rounds are this loop's");
   auto lookup = [&](int c0, int32_t (&slot)[U]) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -451,9 +423,10 @@ __global__ __launch_bounds__(NW * 32, streamBlocksPerSm(GT, NW)) void streamKern
     }
   }
   __syncthreads();
-  const bool direct = p.numSplits == 1 || (p.tickets && used == 1);
+  const bool deferred = p.deferred && used <= kMaxDeferredSplits;  // the projection after merges
+  const bool direct = !deferred && (p.rule.numSplits == 1 || (p.tickets && used == 1));
   finishBlock<T, GT, HD, NW>(p, t, h0, split, direct, sM, sL, sAcc);
-  if (direct || !p.tickets) return;
+  if (direct || deferred || !p.tickets) return;
   // The last of the token's splits to finish merges them (no second launch): each block
   // takes a ticket once its threads' partials are written. One thread's acquire-release
   // atomic after the barrier publishes them all (a release covers what the barrier showed its
@@ -486,7 +459,7 @@ __global__ __launch_bounds__(kWarps * 32) void generalKernel(Args p) {
   const int hd = p.headDim;
 
   const TokenKeys keys = keysOf(p, t);
-  const int64_t kBegin = split * p.splitKeys, kEnd = min(keys.count, kBegin + p.splitKeys);
+  const int64_t kBegin = split * p.splitKeys, kEnd = min(int64_t(keys.count), kBegin + p.splitKeys);
   const int32_t* table = keys.table;
 
   const T* qRow = static_cast<const T*>(p.qkv) + t * p.rowWidth;
@@ -567,7 +540,7 @@ __global__ __launch_bounds__(kWarps * 32) void generalKernel(Args p) {
     for (int i = 0; i < DPL; ++i) sAcc[warp][g][lane * DPL + i] = acc[g][i];
   }
   __syncthreads();
-  finishBlock<T, GT, 32 * DPL, kWarps>(p, t, h0, split, p.numSplits == 1, sM, sL, sAcc);
+  finishBlock<T, GT, 32 * DPL, kWarps>(p, t, h0, split, p.rule.numSplits == 1, sM, sL, sAcc);
 }
 
 // One block per (token, head): the merge, where streamKernel's blocks do not do it
@@ -577,10 +550,22 @@ template <typename T>
 __global__ void combineKernel(Args p, bool streamed) {
   awaitPrior();
   const int64_t t = blockIdx.x;
-  const int64_t count = keysOf(p, t).count;
-  const int64_t per = streamed ? streamShare(p, count) : p.splitKeys;
-  const int used = int(min(int64_t(p.numSplits), (count + per - 1) / per));
+  const int count = keysOf(p, t).count;
+  const int used = streamed ? p.rule.used(count) : int(min(int64_t(p.rule.numSplits), (count + p.splitKeys - 1) / p.splitKeys));
   mergeSplits<T, 1>(p, t, blockIdx.y, used);
+}
+
+// mergePartials: a thread a run of 8 outputs (rows merged in attention left as they are).
+__global__ void mergeRunsKernel(bf16* out, SplitPartials s, int numTokens) {
+  awaitPrior();
+  const int width = s.numHeads * s.headDim, runs = width / 8;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < numTokens * runs; i += gridDim.x * blockDim.x) {
+    const int t = i / runs, col = (i - t * runs) * 8, splits = s.splitsOf(t);
+    if (splits > kMaxDeferredSplits) continue;
+    PendingRun run;
+    run.load(s, t, splits, col);
+    *reinterpret_cast<uint4*>(out + t * width + col) = run.merged();
+  }
 }
 
 // A zeroed device buffer of Bytes for one use (Tag), allocated at the first call outside any
@@ -696,18 +681,19 @@ bool streams(int headDim, DType cache) {
   return (headDim == 64 || headDim == 128 || headDim == 256) && bytes <= 32 * 16;
 }
 
-}  // namespace
-
-void pagedAttention(DType act, void* out, const void* qkv, KvCache c, const int32_t* blockTables, int64_t maxBlocks,
-                    const int32_t* queryStarts, const int32_t* contextLens, int64_t numSeqs, int64_t numTokens,
-                    HeadLayout l, float scale) {
-  if (numTokens == 0 || numSeqs == 0) return;
+// pagedAttention, or with `to` pagedAttentionSplits.
+bool attend(DType act, void* out, const void* qkv, KvCache c, const int32_t* blockTables, int64_t maxBlocks,
+            const int32_t* queryStarts, const int32_t* contextLens, int64_t numSeqs, int64_t numTokens, HeadLayout l,
+            float scale, SplitPartials* to) {
+  if (numTokens == 0 || numSeqs == 0) return false;
   if (l.headDim > 256) throw Error("pagedAttention: headDim above 256 is not supported on cuda");
   // The kernels count keys and cache rows in 32 bits (2^31 tokens: far past any GPU's memory).
   if (std::max(c.numBlocks, maxBlocks) * c.blockSize > INT32_MAX)
     throw Error("pagedAttention: a KV cache or block table of more than 2^31 tokens is not supported on cuda");
-  if (prefillOnTensorCores(act, c.dtype, l.headDim, numTokens, numSeqs, out, qkv, c.k, c.v))
-    return prefillAttention(out, qkv, c, blockTables, maxBlocks, queryStarts, contextLens, numSeqs, numTokens, l, scale);
+  if (prefillOnTensorCores(act, c.dtype, l.headDim, numTokens, numSeqs, out, qkv, c.k, c.v)) {
+    prefillAttention(out, qkv, c, blockTables, maxBlocks, queryStarts, contextLens, numSeqs, numTokens, l, scale);
+    return false;
+  }
   const int groups = l.numHeads / l.numKvHeads;
   const int dpl = l.headDim <= 64 ? 2 : l.headDim <= 128 ? 4 : 8;
   const bool aligned = aligned16(qkv) && aligned16(c.k) && aligned16(c.v);
@@ -748,23 +734,34 @@ void pagedAttention(DType act, void* out, const void* qkv, KvCache c, const int3
   int64_t splitKeys = std::max<int64_t>(32, ((maxKeys + splits - 1) / splits + 31) / 32 * 32);
   if (!streamed) splits = std::max<int64_t>(1, (maxKeys + splitKeys - 1) / splitKeys);
 
-  Args a{out, qkv, c.k, c.v, blockTables, queryStarts, contextLens, int(numSeqs), maxBlocks, c.numBlocks,
-         int(c.blockSize), blockShift(c.blockSize), l.numHeads, l.numKvHeads, l.headDim, l.stride(), scale, int(splits), splitKeys,
-         int(minKeys), wide ? roundKeys(l.headDim * int(dtypeSize(c.dtype)), threads / 32, gt) : 1, wide ? kMergeRounds : 0,
-         nullptr, nullptr, nullptr, vec};
   const size_t parts = size_t(numTokens) * l.numHeads * size_t(splits);
   // partML after partO, at an even float (its pairs load as float2).
-  const size_t oFloats = (parts * l.headDim + 1) / 2 * 2;
-  const size_t partialBytes = splits > 1 ? (oFloats + parts * 2) * sizeof(float) : 0;
+  const size_t oFloats = (parts * l.headDim + 1) / 2 * 2, bothBytes = (oFloats + parts * 2) * sizeof(float);
+  // streamKernel's splits merge in their last block, by tickets (or, without, in combineKernel).
+  int* const ticketed = streamed && splits > 1 ? tickets(size_t(numTokens) * l.numKvHeads * (groups / gt)) : nullptr;
+  // Deferred: the projection after merges a short context's splits, so splitting them costs
+  // attention no merge of its own (a longer one still merges here, by its tickets).
+  const bool deferred = to && wide && act == DType::BF16 && partialsFor(bothBytes) && (splits == 1 || ticketed);
+  const size_t partialBytes = splits > 1 || deferred ? bothBytes : 0;
+  const int mergeRounds = deferred ? kDeferredMergeRounds : wide ? kMergeRounds : 0;
+  Args a{out, qkv, c.k, c.v, blockTables, queryStarts, contextLens, int(numSeqs), maxBlocks, c.numBlocks,
+         int(c.blockSize), blockShift(c.blockSize), l.numHeads, l.numKvHeads, l.headDim, l.stride(), scale,
+         {int(splits), int(minKeys), wide ? roundKeys(l.headDim * int(dtypeSize(c.dtype)), threads / 32, gt) : 1, mergeRounds},
+         splitKeys, nullptr, nullptr, nullptr, deferred, vec};
   float* kept = partialBytes ? partialsFor(partialBytes) : nullptr;
   Scratch partials(kept ? 0 : partialBytes, "pagedAttention scratch");
-  if (splits > 1) {
+  if (partialBytes) {
     a.partO = kept ? kept : partials.as<float>();
     a.partML = a.partO + oFloats;
-    if (streamed) a.tickets = tickets(size_t(numTokens) * l.numKvHeads * (groups / gt));
+    a.tickets = ticketed;
   }
   dim3 grid(unsigned(numTokens), unsigned(l.numKvHeads * (groups / gt)), unsigned(splits));
   launch("pagedAttention kernel", kernel, grid, threads, 0, a);
+  if (deferred) {
+    *to = {a.partO, a.partML, static_cast<const bf16*>(out), queryStarts, contextLens, int(numSeqs), maxKeys, l.numHeads,
+           l.headDim, a.rule};
+    return true;
+  }
   if (splits > 1 && !a.tickets) {
     dim3 cgrid(unsigned(numTokens), unsigned(l.numHeads));
     const int combineThreads = std::min(256, (l.headDim + 31) / 32 * 32);
@@ -772,6 +769,28 @@ void pagedAttention(DType act, void* out, const void* qkv, KvCache c, const int3
       launch("pagedAttention combine kernel", combineKernel<decltype(tt)>, cgrid, combineThreads, 0, a, streamed);
     });
   }
+  return false;
+}
+
+}  // namespace
+
+void pagedAttention(DType act, void* out, const void* qkv, KvCache c, const int32_t* blockTables, int64_t maxBlocks,
+                    const int32_t* queryStarts, const int32_t* contextLens, int64_t numSeqs, int64_t numTokens,
+                    HeadLayout l, float scale) {
+  attend(act, out, qkv, c, blockTables, maxBlocks, queryStarts, contextLens, numSeqs, numTokens, l, scale, nullptr);
+}
+
+bool pagedAttentionSplits(DType act, void* out, const void* qkv, KvCache c, const int32_t* blockTables,
+                          int64_t maxBlocks, const int32_t* queryStarts, const int32_t* contextLens, int64_t numSeqs,
+                          int64_t numTokens, HeadLayout l, float scale, SplitPartials* to) {
+  return attend(act, out, qkv, c, blockTables, maxBlocks, queryStarts, contextLens, numSeqs, numTokens, l, scale, to);
+}
+
+void mergePartials(void* out, const SplitPartials& s, int64_t numTokens) {
+  const int64_t runs = numTokens * s.numHeads * s.headDim / 8;
+  if (runs == 0) return;
+  launch("pagedAttention partials merge kernel", mergeRunsKernel, unsigned(std::min<int64_t>(blocksFor(runs, 256), smCount() * 8)),
+      256, 0, static_cast<bf16*>(out), s, int(numTokens));
 }
 
 }  // namespace mstar::gpu

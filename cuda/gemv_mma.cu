@@ -77,6 +77,17 @@ __host__ __device__ constexpr size_t partialBytes(int ng) { return size_t(kWarps
 // ring (dynamic, in / 8 runs of 8).
 __host__ __device__ constexpr size_t squaresBytes(int ng) { return size_t(kWarps) * ng * 8 * sizeof(float); }
 constexpr size_t normBytes(int64_t in) { return size_t(in) * sizeof(bf16); }
+// With MERGE: x's n rows, merged from attention's partials, after the ring; each row 16 bytes
+// longer than in, so that the 8 rows a warp's lanes read at one step start in different banks.
+__host__ __device__ constexpr int64_t mergedPitch(int64_t in) { return in + 8; }
+constexpr size_t mergedBytes(int n, int64_t in) { return size_t(n) * mergedPitch(in) * sizeof(bf16); }
+// MERGE's rows: a thread merges at most kMergeRuns runs of 8 of x (n · in / 8 over 256 threads),
+// all their loads in flight at once. One run after another, a round trip each, had made the o
+// projection at 2 and 4 rows of Qwen3-0.6B slower than attention's own merge had been.
+constexpr int kMergeRuns = 2;
+constexpr int64_t kMaxMergeIn = int64_t(kMergeRuns) * kWarps * 32 * 8;
+// The most MERGE's rows take: n · in <= kMaxMergeIn, n <= kMaxRowsSmall (x through L1's rows).
+constexpr size_t kMaxMergedBytes = size_t(kMaxMergeIn + 8 * kMaxRowsSmall) * sizeof(bf16);
 
 // x's 8 elements times the norm weight's, each product rounded to bf16 (exact in f32, then one
 // rounding: as the separate norm rounds its output once).
@@ -137,11 +148,16 @@ __device__ __forceinline__ int64_t firstOutput(const UnusedSlots& u, int64_t out
 // (the separate norm's trick: a weight in the loop would come from HBM, a step at a time, as
 // a fortieth-session prototype that read it there measured), each lane sums the squares of
 // the x it loads anyway, and the warps' sums meet with their partial sums.
-template <int NG, bool XR, bool GATED, bool NORM>
+// MERGE: x is attention's output, left as its splits' partials (attention_split.cuh): after the
+// wait the block merges x's rows into shared memory (a run of 8 a thread, every split's loads
+// of a run at once), and reads x there; attention then never merges, which had cost it a
+// round trip and a ticket after its keys (attention_linear.cu). x through L1's path (no XR).
+template <int NG, bool XR, bool GATED, bool NORM, bool MERGE>
 __global__ __launch_bounds__(kWarps * 32) void gemvMmaKernel(bf16* out, const bf16* x, const bf16* w, int64_t ldw,
                                                              const void* bias, DType biasType, int n, int64_t in,
                                                              int64_t outF, bool accumulate, UnusedSlots u,
-                                                             RowNorm norm) {
+                                                             RowNorm norm, SplitPartials merge) {
+  static_assert(!MERGE || (!XR && !GATED && !NORM), "x merged into shared memory is read as x through L1");
   constexpr int kStages = stagesFor(NG, XR), kSlots = slotsFor(NG, XR);
   extern __shared__ uint4 ring[];  // [kStages][kWarps][kSlots][32], then with NORM the norm weight
   __shared__ float partial[kWarps][NG * 4][32];
@@ -154,8 +170,15 @@ __global__ __launch_bounds__(kWarps * 32) void gemvMmaKernel(bf16* out, const bf
   if (o0 < 0) return;
   const int64_t steps = in / stride;
   // The norm weight's runs of 8 (after the stages the launch gave the ring), copied as a group
-  // of its own before the weight stages' groups.
+  // of its own before the weight stages' groups; or MERGE's rows of x there.
   uint4* const normRuns = ring + (steps < kStages ? steps : kStages) * kWarps * kSlots * 32;
+  bf16* const merged = reinterpret_cast<bf16*>(normRuns);
+  // MERGE: each row's splits, from step inputs (known before the wait), a thread a row.
+  __shared__ int splitsOfRow[MERGE ? kMaxRowsSmall : 1];
+  if constexpr (MERGE) {
+    if (threadIdx.x < n) splitsOfRow[threadIdx.x] = merge.splitsOf(threadIdx.x);
+    __syncthreads();
+  }
   if constexpr (NORM) {
     for (int64_t r = threadIdx.x; r < in / 8; r += blockDim.x)
       copy16(normRuns + r, static_cast<const bf16*>(norm.w) + 8 * r);
@@ -196,8 +219,6 @@ __global__ __launch_bounds__(kWarps * 32) void gemvMmaKernel(bf16* out, const bf
     awaitCopies<kStages - 1>();
     __syncthreads();
   }
-#pragma unroll
-  for (int gi = 0; gi < NG; ++gi) xr[gi] = 8 * gi + g < n ? x + (8 * gi + g) * in + 32 * warp + 8 * q : nullptr;
   // The outputs this thread stores at the end: v = threadIdx.x + i · 256 of the block's NG · 4 · 32.
   // D's element k of lane l is row accColumn(l, k) of its group of x, output accRow(l, k) of the 16.
   constexpr int kOuts = (NG * 4 * 32 + kWarps * 32 - 1) / (kWarps * 32);
@@ -214,6 +235,28 @@ __global__ __launch_bounds__(kWarps * 32) void gemvMmaKernel(bf16* out, const bf
     if (accumulate && v < NG * 4 * 32 && rowOf(v) < n && outputOf(v) < outF)
       prior[i] = toF(out[rowOf(v) * outF + outputOf(v)]);
   }
+  // MERGE: the thread's runs i of x (row i / (in / 8)), every load, then each merge (after the
+  // loads of out above, which are then in flight with them: issued after the merge, they had
+  // been a round trip of their own, and the o projection's merge at one row lost to attention's).
+  if constexpr (MERGE) {
+    const int runsPerRow = int(in / 8);
+    PendingRun runs[kMergeRuns];
+#pragma unroll
+    for (int k = 0; k < kMergeRuns; ++k) {
+      const int i = threadIdx.x + k * kWarps * 32, r = i / runsPerRow;
+      if (r < n) runs[k].load(merge, r, splitsOfRow[r], (i - r * runsPerRow) * 8);
+    }
+#pragma unroll
+    for (int k = 0; k < kMergeRuns; ++k) {
+      const int i = threadIdx.x + k * kWarps * 32, r = i / runsPerRow;
+      if (r < n) *reinterpret_cast<uint4*>(merged + r * int(mergedPitch(in)) + (i - r * runsPerRow) * 8) = runs[k].merged();
+    }
+    __syncthreads();
+  }
+  const bf16* const xRows = MERGE ? merged : x;
+  const int64_t ldx = MERGE ? mergedPitch(in) : in;
+#pragma unroll
+  for (int gi = 0; gi < NG; ++gi) xr[gi] = 8 * gi + g < n ? xRows + (8 * gi + g) * ldx + 32 * warp + 8 * q : nullptr;
   if constexpr (XR)
     for (int j = 0; j < kStages - 1; ++j) {
       if (j < steps) issueX(j);
@@ -290,11 +333,12 @@ __global__ __launch_bounds__(kWarps * 32) void gemvMmaKernel(bf16* out, const bf
 
 // grid: the blocks of 16 rows (with u's slot layout, those of W and of the slots the rows use;
 // gated, of 8 outputs).
-template <int NG, bool XR, bool GATED, bool NORM>
+template <int NG, bool XR, bool GATED, bool NORM, bool MERGE>
 void launchGemvMma(bf16* out, const bf16* x, const bf16* w, int64_t ldw, const Weights* bias, int n, int64_t in,
-                   int64_t outF, bool accumulate, const UnusedSlots& u, unsigned grid, const RowNorm& norm) {
-  constexpr size_t kRing = ringBytes(NG, XR) + (NORM ? normBytes(kMaxNormIn) : 0);
-  constexpr auto kernel = gemvMmaKernel<NG, XR, GATED, NORM>;
+                   int64_t outF, bool accumulate, const UnusedSlots& u, unsigned grid, const RowNorm& norm,
+                   const SplitPartials& merge) {
+  constexpr size_t kRing = ringBytes(NG, XR) + (NORM ? normBytes(kMaxNormIn) : 0) + (MERGE ? kMaxMergedBytes : 0);
+  constexpr auto kernel = gemvMmaKernel<NG, XR, GATED, NORM, MERGE>;
   static const bool sized = [] {  // the ring is over the 48 KB a launch gets without asking
     check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kRing)),
           "cudaFuncSetAttribute (tensor-core GEMV)");
@@ -314,10 +358,10 @@ void launchGemvMma(bf16* out, const bf16* x, const bf16* w, int64_t ldw, const W
   // ring -> this, on two machines: 1 row 0.797 -> 0.792 and 0.797 -> 0.790, 2 rows 0.823 ->
   // 0.813 and 0.824 -> 0.813; LoRA off and Qwen3-8B (12 layers) equal.
   const int64_t perSm = (grid + smCount() - 1) / smCount();
-  const size_t ring = ringBytes(NG, XR, in / (32 * kWarps)) + (NORM ? normBytes(in) : 0);
+  const size_t ring = ringBytes(NG, XR, in / (32 * kWarps)) + (NORM ? normBytes(in) : 0) + (MERGE ? mergedBytes(n, in) : 0);
   const size_t statics = partialBytes(NG) + (NORM ? squaresBytes(NG) : 0);
   launchCarved("linear tensor-core GEMV kernel", carveoutFor(perSm, ring + statics), kernel, grid, kWarps * 32, ring,
-      out, x, w, ldw, bias ? bias->data : nullptr, bias ? bias->dtype : DType::F32, n, in, outF, accumulate, u, norm);
+      out, x, w, ldw, bias ? bias->data : nullptr, bias ? bias->dtype : DType::F32, n, in, outF, accumulate, u, norm, merge);
 }
 
 // Groups of 8 rows of x that dispatchRows gives n rows.
@@ -335,14 +379,16 @@ bool normFits(int ng, bool xr, int64_t in, unsigned grid) {
   return int64_t(grid) <= int64_t(blocksPerSm(bytes)) * smCount();
 }
 
-template <bool XR, bool GATED, bool NORM>
+template <bool XR, bool GATED, bool NORM, bool MERGE = false>
 void dispatchRows(bf16* out, const bf16* x, const bf16* w, int64_t ldw, const Weights* bias, int n, int64_t in,
-                  int64_t outF, bool accumulate, const UnusedSlots& u, int64_t gridRows, const RowNorm& norm) {
+                  int64_t outF, bool accumulate, const UnusedSlots& u, int64_t gridRows, const RowNorm& norm,
+                  const SplitPartials& merge = {}) {
   const unsigned grid = GATED ? blocksFor(outF, 8) : blocksFor(gridRows, 16);
-  if (n <= 8) launchGemvMma<1, XR, GATED, NORM>(out, x, w, ldw, bias, n, in, outF, accumulate, u, grid, norm);
-  else if (n <= 16) launchGemvMma<2, XR, GATED, NORM>(out, x, w, ldw, bias, n, in, outF, accumulate, u, grid, norm);
+  if (n <= 8) launchGemvMma<1, XR, GATED, NORM, MERGE>(out, x, w, ldw, bias, n, in, outF, accumulate, u, grid, norm, merge);
+  else if (n <= 16)
+    launchGemvMma<2, XR, GATED, NORM, MERGE>(out, x, w, ldw, bias, n, in, outF, accumulate, u, grid, norm, merge);
   else if constexpr (XR && !GATED)
-    launchGemvMma<4, XR, GATED, NORM>(out, x, w, ldw, bias, n, in, outF, accumulate, u, grid, norm);
+    launchGemvMma<4, XR, GATED, NORM, MERGE>(out, x, w, ldw, bias, n, in, outF, accumulate, u, grid, norm, merge);
 }
 
 // dispatchRows with NORM where norm has a weight.
@@ -363,11 +409,17 @@ GemvMmaFit gemvMmaFit(int64_t n, int64_t in, int64_t outF) {
   return n >= 1 && n <= (outF <= in ? kMaxRowsSmallXRing : kMaxRowsSmall) ? GemvMmaFit::Small : GemvMmaFit::None;
 }
 
+bool gemvMmaMerges(DType act, Weights w, int64_t n, int64_t in, int64_t outF) {
+  return act == DType::BF16 && w.dtype == DType::BF16 && gemvMmaFit(n, in, outF) != GemvMmaFit::None &&
+         n <= kMaxRowsSmall && n * in <= kMaxMergeIn && runsOf8(w.data, w.ld ? w.ld : in, sizeof(bf16));
+}
+
 bool gemvMma(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
-             bool accumulate, const UnusedSlots& u, bool gated, const RowNorm& norm) {
+             bool accumulate, const UnusedSlots& u, bool gated, const RowNorm& norm, const SplitPartials* merge) {
   const int64_t ldw = w.ld ? w.ld : in, wRows = gated ? 2 * outF : outF;
-  if (act != DType::BF16 || w.dtype != DType::BF16 || gemvMmaFit(n, in, wRows) == GemvMmaFit::None ||
-      !runsOf8(x, in, sizeof(bf16)) || !runsOf8(w.data, ldw, sizeof(bf16)))
+  if (merge ? gated || norm.w || !gemvMmaMerges(act, w, n, in, outF)
+            : act != DType::BF16 || w.dtype != DType::BF16 || gemvMmaFit(n, in, wRows) == GemvMmaFit::None ||
+                  !runsOf8(x, in, sizeof(bf16)) || !runsOf8(w.data, ldw, sizeof(bf16)))
     return false;
   if (norm.w && (in > kMaxNormIn || accumulate || u.slotOfRow || !runsOf8(norm.w, in, sizeof(bf16)) ||
                  !normFits(groupsFor(n), !gated && outF <= in, in, gated ? blocksFor(outF, 8) : blocksFor(outF, 16))))
@@ -388,7 +440,10 @@ bool gemvMma(DType act, void* out, const void* x, Weights w, const Weights* bias
     slots = u;
     gridRows = u.from + std::min(n, (outF - u.from) / u.perSlot - 1) * u.perSlot;  // slot 0 aside
   }
-  if (outF <= in) dispatchNorm<true>(o, xp, wp, ldw, bias, int(n), in, outF, accumulate, slots, gridRows, norm);
+  if (merge)
+    dispatchRows<false, false, false, true>(o, nullptr, wp, ldw, bias, int(n), in, outF, accumulate, slots, gridRows, {},
+                                            *merge);
+  else if (outF <= in) dispatchNorm<true>(o, xp, wp, ldw, bias, int(n), in, outF, accumulate, slots, gridRows, norm);
   else dispatchNorm<false>(o, xp, wp, ldw, bias, int(n), in, outF, accumulate, slots, gridRows, norm);
   return true;
 }

@@ -1,5 +1,6 @@
 // The decode GEMM on tensor cores (gemv_mma.cu), for linear's few-row steps.
 #pragma once
+#include "attention_split.cuh"
 #include "common.cuh"
 
 namespace mstar::gpu {
@@ -27,7 +28,14 @@ struct RowNorm {
   float eps = 0;
 };
 constexpr int64_t kMaxNormIn = 8192;
+// merge: x is attention's output [n, in] left as its splits' partials (attention_split.cuh),
+// which the block merges into shared memory after its wait (x is not read); only without gated
+// or norm, and where gemvMmaMerges.
 bool gemvMma(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
-             bool accumulate, const UnusedSlots& unused = {}, bool gated = false, const RowNorm& norm = {});
+             bool accumulate, const UnusedSlots& unused = {}, bool gated = false, const RowNorm& norm = {},
+             const SplitPartials* merge = nullptr);
+// Whether gemvMma takes x [n, in] · w[outF, in]ᵀ with merge: where it would take x itself and
+// n · in <= 4096 (a block merges all of x, at most 2 runs of 8 a thread).
+bool gemvMmaMerges(DType act, Weights w, int64_t n, int64_t in, int64_t outF);
 
 }  // namespace mstar::gpu

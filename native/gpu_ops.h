@@ -98,6 +98,13 @@ void ropeKvWrite(DType act, void* qkv, const int32_t* positions, const float* in
 void pagedAttention(DType act, void* out, const void* qkv, KvCache c, const int32_t* blockTables, int64_t maxBlocks,
                     const int32_t* queryStarts, const int32_t* contextLens, int64_t numSeqs, int64_t numTokens,
                     HeadLayout l, float scale);
+// pagedAttention into attn, then linear(out, attn, w, ...) (x = attn, in = numHeads · headDim):
+// at decode sizes the o projection's GEMV merges attention's key splits itself (attn then left
+// unwritten: scratch); else the two ops one by one.
+void pagedAttentionLinear(DType act, void* attn, const void* qkv, KvCache c, const int32_t* blockTables,
+                          int64_t maxBlocks, const int32_t* queryStarts, const int32_t* contextLens, int64_t numSeqs,
+                          int64_t numTokens, HeadLayout l, float scale, void* out, Weights w, const Weights* bias,
+                          int64_t outF, bool accumulate, const UnusedSlots& unused = {});
 
 // Same RNG, same order (top-k, then top-p, then the draw) as cpu::sample.
 void sample(DType act, int32_t* outIds, const void* logits, int64_t n, int64_t vocab, SamplingRows p);

@@ -86,6 +86,11 @@ void pagedAttention(DType, void*, const void*, KvCache, const int32_t*, int64_t,
                     int64_t, int64_t, HeadLayout, float) {
   none();
 }
+void pagedAttentionLinear(DType, void*, const void*, KvCache, const int32_t*, int64_t, const int32_t*, const int32_t*,
+                          int64_t, int64_t, HeadLayout, float, void*, Weights, const Weights*, int64_t, bool,
+                          const UnusedSlots&) {
+  none();
+}
 void sample(DType, int32_t*, const void*, int64_t, int64_t, SamplingRows) { none(); }
 void logprobs(DType, float*, int32_t*, float*, int64_t, const void*, const int32_t*, int64_t, int64_t) { none(); }
 void loraShrink(DType, void*, const void*, Weights, int64_t, const int32_t*, int64_t, int64_t, int64_t, SlotRanks, bool) {

@@ -162,6 +162,17 @@ Napi::Value HeadRmsNorm(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// An extended projection's shrink rows (gpu::UnusedSlots): slotOfRow, then from and perSlot at
+// a's arguments `at` and `at + 1`; none without slotOfRow.
+gpu::UnusedSlots unusedSlots(const OpArgs& a, const Tensor* slots, size_t at, const Tensor& x, const Tensor& w) {
+  if (!slots) return {};
+  const int64_t from = a.integer(at, "from"), perSlot = a.integer(at + 1, "perSlot", 1);
+  a.expect(from <= w.dim(0),
+           [&] { return "from " + std::to_string(from) + " is past w's " + std::to_string(w.dim(0)) + " rows"; });
+  expectSlotOfRow(a, *slots, x.dim(0), (w.dim(0) - from + perSlot - 1) / perSlot);
+  return {slots->ptr<int32_t>(), from, perSlot};
+}
+
 Napi::Value Linear(const Napi::CallbackInfo& info) {
   OpArgs a(info, "linear");
   Tensor &out = a.tensor(0, "out"), &x = a.tensor(1, "x"), &w = a.tensor(2, "w");
@@ -174,14 +185,7 @@ Napi::Value Linear(const Napi::CallbackInfo& info) {
   cpu::Weights b{};
   DType act = expectLinear(a, out, x, w, bias, &b, wCol);
   const cpu::Weights weights = linearWeights(a, w, wCol);
-  gpu::UnusedSlots unused;
-  if (slots) {
-    const int64_t from = a.integer(7, "from"), perSlot = a.integer(8, "perSlot", 1);
-    a.expect(from <= w.dim(0),
-             [&] { return "from " + std::to_string(from) + " is past w's " + std::to_string(w.dim(0)) + " rows"; });
-    expectSlotOfRow(a, *slots, x.dim(0), (w.dim(0) - from + perSlot - 1) / perSlot);
-    unused = {slots->ptr<int32_t>(), from, perSlot};
-  }
+  const gpu::UnusedSlots unused = unusedSlots(a, slots, 7, x, w);
   if (cuda)
     a.run([&] {
       gpu::linear(act, out.data(), x.data(), weights, bias ? &b : nullptr, x.dim(0), x.dim(1), w.dim(0), accumulate, {},
@@ -446,54 +450,117 @@ Napi::Value RopeKvWrite(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// pagedAttention's arguments, a's first 11 (the first, its output, "attn" where a projection
+// follows): read first, checked once every tensor of the op is read (oneDevice).
+struct Attention {
+  const char *outName, *outShape;
+  Tensor &out, &qkv, &k, &v, &tables, &starts, &lens;
+  cpu::HeadLayout l;
+  float scale;
+  // set by check():
+  gpu::KvCache c{};
+  DType act{};
+  int64_t seqs = 0, maxBlocks = 0;
+
+  Attention(const OpArgs& a, bool projected)
+      : outName(projected ? "attn" : "out"),
+        outShape(projected ? "attn ([tokens, numHeads * headDim])" : "out ([tokens, numHeads * headDim])"),
+        out(a.tensor(0, outName)), qkv(a.tensor(1, "qkv")), k(a.tensor(2, "kCache")), v(a.tensor(3, "vCache")),
+        tables(a.tensor(4, "blockTables")), starts(a.tensor(5, "queryStarts")), lens(a.tensor(6, "contextLens")),
+        l(headLayout(a, 7)), scale(float(a.number(10, "scale"))) {}
+
+  // The shapes and dtypes; on the CPU the query starts, lengths and tables too (in device
+  // memory the kernels guard them).
+  void check(OpArgs& a, bool cuda) {
+    c = kvCache(a, k, v, l, cuda);
+    act = expectQkv(a, qkv, l);
+    a.expectAct(out, outName);
+    a.expectShape(out, {qkv.dim(0), int64_t(l.numHeads) * l.headDim}, outShape);
+    a.expectDType(lens, DType::I32, "contextLens");
+    a.expectRank(lens, 1, "contextLens");
+    seqs = lens.dim(0);
+    a.expectDType(starts, DType::I32, "queryStarts");
+    a.expectShape(starts, {seqs + 1}, "queryStarts ([sequences + 1])");
+    a.expectDType(tables, DType::I32, "blockTables");
+    a.expectRank(tables, 2, "blockTables");
+    a.expect(tables.dim(0) == seqs,
+             [&] { return "blockTables " + tables.describe() + " needs one row per sequence (" + std::to_string(seqs) + ")"; });
+    maxBlocks = tables.dim(1);
+    if (cuda) {
+      a.expect(l.headDim <= 256,
+               [&] { return "headDim " + std::to_string(l.headDim) + " is above the 256 the cuda kernel supports"; });
+      return;
+    }
+    const int32_t *qs = starts.ptr<int32_t>(), *cl = lens.ptr<int32_t>(), *bt = tables.ptr<int32_t>();
+    a.expect(qs[0] == 0 && qs[seqs] == qkv.dim(0),
+             [&] { return "queryStarts must run from 0 to the number of tokens (" + std::to_string(qkv.dim(0)) + ")"; });
+    for (int64_t s = 0; s < seqs; ++s) {
+      int64_t qLen = qs[s + 1] - qs[s];
+      a.expect(qLen >= 0 && qLen <= cl[s],
+               [&] { return "sequence " + std::to_string(s) + " has " + std::to_string(qLen) +
+                   " new tokens but a context of " + std::to_string(cl[s]); });
+      int64_t used = (int64_t(cl[s]) + c.blockSize - 1) / c.blockSize;
+      a.expect(used <= maxBlocks,
+               [&] { return "sequence " + std::to_string(s) + " needs " + std::to_string(used) +
+                   " blocks but blockTables has " + std::to_string(maxBlocks) + " columns"; });
+      for (int64_t b = 0; b < used; ++b)
+        a.expect(bt[s * maxBlocks + b] >= 0 && bt[s * maxBlocks + b] < c.numBlocks,
+                 [&] { return "blockTables[" + std::to_string(s) + "][" + std::to_string(b) + "] = " +
+                     std::to_string(bt[s * maxBlocks + b]) + " is not a block of the cache"; });
+    }
+  }
+
+  void runCpu() const {
+    cpu::pagedAttention(out.ptr<float>(), qkv.ptr<float>(), cpuCache(c), tables.ptr<int32_t>(), maxBlocks,
+                        starts.ptr<int32_t>(), lens.ptr<int32_t>(), seqs, l, scale);
+  }
+};
+
 Napi::Value PagedAttention(const Napi::CallbackInfo& info) {
   OpArgs a(info, "pagedAttention");
-  Tensor &out = a.tensor(0, "out"), &qkv = a.tensor(1, "qkv"), &k = a.tensor(2, "kCache"), &v = a.tensor(3, "vCache");
-  Tensor &tables = a.tensor(4, "blockTables"), &starts = a.tensor(5, "queryStarts"), &lens = a.tensor(6, "contextLens");
-  cpu::HeadLayout l = headLayout(a, 7);
-  float scale = float(a.number(10, "scale"));
-  bool cuda = a.oneDevice();
-  gpu::KvCache c = kvCache(a, k, v, l, cuda);
-  DType act = expectQkv(a, qkv, l);
-  a.expectAct(out, "out");
-  a.expectShape(out, {qkv.dim(0), int64_t(l.numHeads) * l.headDim}, "out ([tokens, numHeads * headDim])");
-  a.expectDType(lens, DType::I32, "contextLens");
-  a.expectRank(lens, 1, "contextLens");
-  int64_t seqs = lens.dim(0);
-  a.expectDType(starts, DType::I32, "queryStarts");
-  a.expectShape(starts, {seqs + 1}, "queryStarts ([sequences + 1])");
-  a.expectDType(tables, DType::I32, "blockTables");
-  a.expectRank(tables, 2, "blockTables");
-  a.expect(tables.dim(0) == seqs,
-           [&] { return "blockTables " + tables.describe() + " needs one row per sequence (" + std::to_string(seqs) + ")"; });
-  int64_t maxBlocks = tables.dim(1);
-  if (cuda) {
-    a.expect(l.headDim <= 256,
-             [&] { return "headDim " + std::to_string(l.headDim) + " is above the 256 the cuda kernel supports"; });
-    a.run([&] {
-      gpu::pagedAttention(act, out.data(), qkv.data(), c, tables.ptr<int32_t>(), maxBlocks, starts.ptr<int32_t>(),
-                          lens.ptr<int32_t>(), seqs, qkv.dim(0), l, scale);
-    });
+  Attention t(a, false);
+  const bool cuda = a.oneDevice();
+  t.check(a, cuda);
+  if (!cuda) {
+    t.runCpu();
     return info.Env().Undefined();
   }
-  const int32_t *qs = starts.ptr<int32_t>(), *cl = lens.ptr<int32_t>(), *bt = tables.ptr<int32_t>();
-  a.expect(qs[0] == 0 && qs[seqs] == qkv.dim(0),
-           [&] { return "queryStarts must run from 0 to the number of tokens (" + std::to_string(qkv.dim(0)) + ")"; });
-  for (int64_t s = 0; s < seqs; ++s) {
-    int64_t qLen = qs[s + 1] - qs[s];
-    a.expect(qLen >= 0 && qLen <= cl[s],
-             [&] { return "sequence " + std::to_string(s) + " has " + std::to_string(qLen) +
-                 " new tokens but a context of " + std::to_string(cl[s]); });
-    int64_t used = (int64_t(cl[s]) + c.blockSize - 1) / c.blockSize;
-    a.expect(used <= maxBlocks,
-             [&] { return "sequence " + std::to_string(s) + " needs " + std::to_string(used) +
-                 " blocks but blockTables has " + std::to_string(maxBlocks) + " columns"; });
-    for (int64_t b = 0; b < used; ++b)
-      a.expect(bt[s * maxBlocks + b] >= 0 && bt[s * maxBlocks + b] < c.numBlocks,
-               [&] { return "blockTables[" + std::to_string(s) + "][" + std::to_string(b) + "] = " + std::to_string(bt[s * maxBlocks + b]) +
-                   " is not a block of the cache"; });
+  a.run([&] {
+    gpu::pagedAttention(t.act, t.out.data(), t.qkv.data(), t.c, t.tables.ptr<int32_t>(), t.maxBlocks, t.starts.ptr<int32_t>(),
+                        t.lens.ptr<int32_t>(), t.seqs, t.qkv.dim(0), t.l, t.scale);
+  });
+  return info.Env().Undefined();
+}
+
+// pagedAttentionLinear(attn, qkv, kCache, vCache, blockTables, queryStarts, contextLens,
+// numHeads, numKvHeads, headDim, scale, out, w, bias, accumulate[, slotOfRow, from, perSlot]):
+// pagedAttention into attn, then linear(out, attn, w, bias, accumulate, 0[, slotOfRow, from,
+// perSlot]). At decode sizes CUDA's o projection merges attention's key splits itself and attn
+// is left as it was: scratch.
+Napi::Value PagedAttentionLinear(const Napi::CallbackInfo& info) {
+  OpArgs a(info, "pagedAttentionLinear");
+  Attention t(a, true);
+  Tensor &out = a.tensor(11, "out"), &w = a.tensor(12, "w");
+  Tensor* bias = a.optionalTensor(13, "bias");
+  const bool accumulate = a.flag(14);
+  Tensor* slots = a.given(15) ? &a.tensor(15, "slotOfRow") : nullptr;
+  const bool cuda = a.oneDevice();
+  t.check(a, cuda);
+  cpu::Weights b{};
+  const DType act = expectLinear(a, out, t.out, w, bias, &b, 0);
+  const cpu::Weights weights = linearWeights(a, w, 0);
+  const gpu::UnusedSlots unused = unusedSlots(a, slots, 16, t.out, w);
+  const int64_t n = t.qkv.dim(0), in = t.out.dim(1);
+  if (!cuda) {
+    t.runCpu();
+    cpu::linear(out.ptr<float>(), t.out.ptr<float>(), weights, bias ? &b : nullptr, n, in, w.dim(0), accumulate);
+    return info.Env().Undefined();
   }
-  cpu::pagedAttention(out.ptr<float>(), qkv.ptr<float>(), cpuCache(c), bt, maxBlocks, qs, cl, seqs, l, scale);
+  a.run([&] {
+    gpu::pagedAttentionLinear(act, t.out.data(), t.qkv.data(), t.c, t.tables.ptr<int32_t>(), t.maxBlocks,
+                              t.starts.ptr<int32_t>(), t.lens.ptr<int32_t>(), t.seqs, n, t.l, t.scale, out.data(), weights,
+                              bias ? &b : nullptr, w.dim(0), accumulate, unused);
+  });
   return info.Env().Undefined();
 }
 
@@ -569,6 +636,7 @@ void RegisterOps(Napi::Env env, Napi::Object exports) {
   exports["kvWrite"] = Napi::Function::New<KvWrite>(env, "kvWrite");
   exports["ropeKvWrite"] = Napi::Function::New<RopeKvWrite>(env, "ropeKvWrite");
   exports["pagedAttention"] = Napi::Function::New<PagedAttention>(env, "pagedAttention");
+  exports["pagedAttentionLinear"] = Napi::Function::New<PagedAttentionLinear>(env, "pagedAttentionLinear");
   exports["sample"] = Napi::Function::New<Sample>(env, "sample");
   exports["logprobs"] = Napi::Function::New<Logprobs>(env, "logprobs");
 }

@@ -299,6 +299,19 @@ export interface Binding {
     out: Tensor, qkv: Tensor, kCache: Tensor, vCache: Tensor, blockTables: Tensor, queryStarts: Tensor,
     contextLens: Tensor, numHeads: number, numKvHeads: number, headDim: number, scale: number,
   ): void;
+  /**
+   * pagedAttention into attn, then linear(out, attn, w, bias, accumulate, 0, ...unused): a decode
+   * layer's attention and its o projection. At decode sizes CUDA's o projection merges the
+   * attention's key splits as it loads its input (attention never merges them, and splits even
+   * short contexts), and attn is left as it was; elsewhere (and the CPU) the two ops one by one.
+   * attn is scratch either way.
+   */
+  pagedAttentionLinear(
+    attn: Tensor, qkv: Tensor, kCache: Tensor, vCache: Tensor, blockTables: Tensor, queryStarts: Tensor,
+    contextLens: Tensor, numHeads: number, numKvHeads: number, headDim: number, scale: number,
+    out: Tensor, w: Tensor, bias: Tensor | null, accumulate: boolean,
+    ...unused: [] | [slotOfRow: Tensor, from: number, perSlot: number]
+  ): void;
   sample(outIds: Tensor, logits: Tensor, temperature: Tensor, topK: Tensor, topP: Tensor, seeds: Tensor, steps: Tensor): void;
   logprobs(chosenLogprobs: Tensor, topIds: Tensor, topLogprobs: Tensor, logits: Tensor, chosen: Tensor): void;
 

@@ -161,6 +161,25 @@ export class LlamaModel {
       if (!t) return project(residual, input, name, { accumulate: true });
       pending = { y: projectExtended('proj', input, t, c.hiddenSize), t };
     };
+    /**
+     * Attention of q over layer l's cache into attn, then the residual takes attn's projection
+     * `name` as addToResidual: one op where that projection is plain or extended, so that CUDA's
+     * decode steps merge attention's key splits in the projection's GEMV (attn left unwritten).
+     */
+    const attendAndProject = (q: Tensor, l: number, name: string) => {
+      const attention = [attn, q, kv.k[l], kv.v[l], step.blockTables, step.queryStarts, step.contextLens, H, K, hd, this.scale] as const;
+      const t = extended(name);
+      if (t) {
+        const y = buffer('proj', n, c.hiddenSize + t.bCols);
+        addon.pagedAttentionLinear(...attention, y, t.ext!, null, false, lora!.plan.rowSlots, c.hiddenSize, t.bCols / numSlots);
+        pending = { y, t };
+      } else if (!adapted(name)) {
+        addon.pagedAttentionLinear(...attention, residual, this.w(name), this.bias(name), true);
+      } else {
+        addon.pagedAttention(...attention);
+        project(residual, attn, name, { accumulate: true });
+      }
+    };
     const qkvCols = (H + 2 * K) * hd;
     /** The width of projection `name`'s plain GEMM: by W or its extended weight; 0 where adapted otherwise. */
     const gemmWidth = (name: string, cols: number) => {
@@ -189,9 +208,8 @@ export class LlamaModel {
       const [qNorm, kNorm] = this.qkNorms(l) ?? [null, null];
       addon.ropeKvWrite(q, step.positions, this.invFreq, kv.k[l], kv.v[l], step.slots, qNorm, kNorm, H, K, hd, c.rmsNormEps,
         ...(tq ? delta(tq) : []));
-      addon.pagedAttention(attn, q, kv.k[l], kv.v[l], step.blockTables, step.queryStarts, step.contextLens, H, K, hd, this.scale);
+      attendAndProject(q, l, `${p}.o`);
       if (q !== qkv) release(q);
-      addToResidual(attn, `${p}.o`);
       if (!normedProjection(act, `${p}.mlp_norm`, `${p}.gate_up`, gateUp)) {
         const mlpInput = norm(`${p}.mlp_norm`, gemmWidth(`${p}.gate_up`, 2 * c.intermediateSize));
         const tg = extended(`${p}.gate_up`);
