@@ -86,7 +86,7 @@ struct Args {
   float* partO;   // [tokens, numHeads, numSplits, headDim], each split's normalised output
   float* partML;  // [tokens, numHeads, numSplits, 2]: its running max (of scores in log2 units) and sum of weights
   int* tickets;   // streamKernel: [tokens, gridDim.y], zero between launches; null: combineKernel merges
-  bool deferred;  // streamKernel: tokens of at most kMaxDeferredSplits splits write partials only (pagedAttentionSplits)
+  int deferredSplits;  // streamKernel: tokens of at most this many splits write partials only (pagedAttentionSplits)
   bool vec;       // generalKernel: the head is exactly 32 * DPL dims and rows are aligned
 };
 
@@ -264,7 +264,7 @@ __global__ __launch_bounds__(NW * 32, streamBlocksPerSm(GT, NW)) void streamKern
   const TokenKeys keys = keysOf(p, t);
   const int share = p.rule.share(keys.count);
   const int used = p.rule.used(keys.count);
-  if ((p.tickets || p.deferred) && split >= used) return;
+  if ((p.tickets || p.deferredSplits) && split >= used) return;
   const int kBegin = int(min(int64_t(keys.count), int64_t(split) * share)), kEnd = min(keys.count, kBegin + share);
   const int64_t kvWidth = int64_t(p.numKvHeads) * HD;
   const C* kBase = static_cast<const C*>(p.k) + int64_t(kvh) * HD + sub * EPL;
@@ -423,7 +423,7 @@ __global__ __launch_bounds__(NW * 32, streamBlocksPerSm(GT, NW)) void streamKern
     }
   }
   __syncthreads();
-  const bool deferred = p.deferred && used <= kMaxDeferredSplits;  // the projection after merges
+  const bool deferred = used <= p.deferredSplits;  // the projection after merges
   const bool direct = !deferred && (p.rule.numSplits == 1 || (p.tickets && used == 1));
   finishBlock<T, GT, HD, NW>(p, t, h0, split, direct, sM, sL, sAcc);
   if (direct || deferred || !p.tickets) return;
@@ -561,8 +561,8 @@ __global__ void mergeRunsKernel(bf16* out, SplitPartials s, int numTokens) {
   const int width = s.numHeads * s.headDim, runs = width / 8;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < numTokens * runs; i += gridDim.x * blockDim.x) {
     const int t = i / runs, col = (i - t * runs) * 8, splits = s.splitsOf(t);
-    if (splits > kMaxDeferredSplits) continue;
-    PendingRun run;
+    if (splits > s.maxDeferred) continue;
+    PendingRun<kMaxRunSplits> run;
     run.load(s, t, splits, col);
     *reinterpret_cast<uint4*>(out + t * width + col) = run.merged();
   }
@@ -741,13 +741,14 @@ bool attend(DType act, void* out, const void* qkv, KvCache c, const int32_t* blo
   int* const ticketed = streamed && splits > 1 ? tickets(size_t(numTokens) * l.numKvHeads * (groups / gt)) : nullptr;
   // Deferred: the projection after merges a short context's splits, so splitting them costs
   // attention no merge of its own (a longer one still merges here, by its tickets).
-  const bool deferred = to && wide && act == DType::BF16 && partialsFor(bothBytes) && (splits == 1 || ticketed);
+  const int most = deferredSplits(numTokens, int64_t(l.numHeads) * l.headDim);
+  const bool deferred = to && wide && act == DType::BF16 && most && partialsFor(bothBytes) && (splits == 1 || ticketed);
   const size_t partialBytes = splits > 1 || deferred ? bothBytes : 0;
   const int mergeRounds = deferred ? kDeferredMergeRounds : wide ? kMergeRounds : 0;
   Args a{out, qkv, c.k, c.v, blockTables, queryStarts, contextLens, int(numSeqs), maxBlocks, c.numBlocks,
          int(c.blockSize), blockShift(c.blockSize), l.numHeads, l.numKvHeads, l.headDim, l.stride(), scale,
          {int(splits), int(minKeys), wide ? roundKeys(l.headDim * int(dtypeSize(c.dtype)), threads / 32, gt) : 1, mergeRounds},
-         splitKeys, nullptr, nullptr, nullptr, deferred, vec};
+         splitKeys, nullptr, nullptr, nullptr, deferred ? most : 0, vec};
   float* kept = partialBytes ? partialsFor(partialBytes) : nullptr;
   Scratch partials(kept ? 0 : partialBytes, "pagedAttention scratch");
   if (partialBytes) {
@@ -759,7 +760,7 @@ bool attend(DType act, void* out, const void* qkv, KvCache c, const int32_t* blo
   launch("pagedAttention kernel", kernel, grid, threads, 0, a);
   if (deferred) {
     *to = {a.partO, a.partML, static_cast<const bf16*>(out), queryStarts, contextLens, int(numSeqs), maxKeys, l.numHeads,
-           l.headDim, a.rule};
+           l.headDim, a.rule, most};
     return true;
   }
   if (splits > 1 && !a.tickets) {

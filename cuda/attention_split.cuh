@@ -67,18 +67,24 @@ struct SplitRule {
   }
 };
 
-// A token of at most this many splits leaves them to the projection after attention to merge
-// (pagedAttentionSplits): all of a run's loads in flight at once, one round trip. A token of
-// more (a long context) merges in attention as ever, which writes its row of the output. The
-// short contexts that take no merge at all otherwise (up to ~256 keys at one sequence) are the
-// ones this pays for: the projection's merge of more splits took a round trip per 4 splits
-// (Qwen3-0.6B at one sequence of 1024 keys: 0.750 ms a step against attention's own merge's
-// 0.699; bench/RESULTS.md, fifty-first session).
-constexpr int kMaxDeferredSplits = 4;
+// The projection's GEMV merges a token's splits with all of their loads in flight at once, one
+// round trip: each of its kMergeThreads threads takes at most kMaxRunSplits splits' loads, of one
+// run of 8 outputs or of two runs (a step of twice as many outputs) with half as many splits
+// each. A token of more splits (a long context) merges in attention as ever, which writes its
+// row of the output. (The projection's merge of more splits in batches, a round trip each, lost
+// to attention's own: Qwen3-0.6B at one sequence of 1024 keys, 16 splits in 4 batches, 0.750 ms
+// a step against 0.699; bench/RESULTS.md, fifty-first session.)
+constexpr int kMergeThreads = 256, kMaxRunSplits = 8;
+// The most splits of a token that the projection merges, for a step of `rows` rows of `in`
+// outputs (in % 8 == 0): 0 where a thread would take more than two runs.
+constexpr int deferredSplits(int64_t rows, int64_t in) {
+  const int64_t runs = (rows * in / 8 + kMergeThreads - 1) / kMergeThreads;
+  return runs <= 1 ? kMaxRunSplits : runs == 2 ? kMaxRunSplits / 2 : 0;
+}
 
 // A decode attention's output left as its splits' partials for the projection after it to
 // merge: each split's normalised output and its running max (of scores in log2 units) and sum
-// of weights; for tokens of more than kMaxDeferredSplits splits, the merged output.
+// of weights; for tokens of more than maxDeferred splits, the merged output.
 struct SplitPartials {
   const float* o;   // [tokens, numHeads, numSplits, headDim]
   const float* ml;  // [tokens, numHeads, numSplits, 2]
@@ -89,6 +95,7 @@ struct SplitPartials {
   int64_t maxKeys;
   int numHeads, headDim;
   SplitRule rule;
+  int maxDeferred;  // deferredSplits of the step
 
   __device__ __forceinline__ int splitsOf(int t) const {
     return rule.used(keyCount(tokenSpan(queryStarts, contextLens, numSeqs, t), t, maxKeys));
@@ -102,23 +109,25 @@ struct SplitPartials {
 // lanes, which share a row). A first version (64-bit indices and split counts, batches of 8
 // masked) took ~3.5k instructions a warp and made Qwen3-0.6B's o projection at 4 rows 3 times
 // as long.
+// S: the most splits it holds (at least s.maxDeferred).
+template <int S>
 struct PendingRun {
-  int used;  // the token's splits; past kMaxDeferredSplits, `row` holds the merged run
-  float2 ml[kMaxDeferredSplits];
-  float4 lo[kMaxDeferredSplits], hi[kMaxDeferredSplits];
+  int used;  // the token's splits; 0: past s.maxDeferred, `row` holds the run attention merged
+  float2 ml[S];
+  float4 lo[S], hi[S];
   uint4 row;
 
   // __ldcg: the partials were just written by other blocks.
   __device__ __forceinline__ void load(const SplitPartials& s, int t, int splits, int col) {
-    used = splits;
-    if (used > kMaxDeferredSplits) {
+    used = splits <= s.maxDeferred ? splits : 0;
+    if (used == 0) {
       row = __ldcg(reinterpret_cast<const uint4*>(s.out + t * s.numHeads * s.headDim + col));
       return;
     }
     const int h = col / s.headDim, d = col - h * s.headDim;
     const int base = (t * s.numHeads + h) * s.rule.numSplits;
 #pragma unroll
-    for (int j = 0; j < kMaxDeferredSplits; ++j) {
+    for (int j = 0; j < S; ++j) {
       if (j >= used) break;
       const float4* o = reinterpret_cast<const float4*>(s.o + (base + j) * s.headDim + d);
       ml[j] = __ldcg(reinterpret_cast<const float2*>(s.ml) + base + j);
@@ -130,15 +139,15 @@ struct PendingRun {
   // The run as 8 bf16: weights 2^(m_s - M) · l_s, the sums in split order (attention's own
   // merge, mergeSplits, term for term but for one reciprocal).
   __device__ __forceinline__ uint4 merged() const {
-    if (used > kMaxDeferredSplits) return row;
+    if (used == 0) return row;
     float M = -INFINITY;
 #pragma unroll
-    for (int j = 0; j < kMaxDeferredSplits; ++j)
+    for (int j = 0; j < S; ++j)
       if (j < used) M = fmaxf(M, ml[j].x);
     float L = 0, O[8] = {};
     if (M != -INFINITY)  // else no split saw a key (a token with none): zeros
 #pragma unroll
-      for (int j = 0; j < kMaxDeferredSplits; ++j) {
+      for (int j = 0; j < S; ++j) {
         if (j >= used) break;
         const float w = exp2f(ml[j].x - M) * ml[j].y;  // a split without keys: 2^-inf · 0
         L += w;
@@ -156,10 +165,10 @@ struct PendingRun {
 
 // pagedAttention (gpu_ops.h), but where its step takes wide blocks (a decode step of few
 // sequences), bf16, and the partials fit attention's kept buffer, it splits each token's keys
-// wherever that saves a round of a block's loop, writes the splits' partials of tokens of at
-// most kMaxDeferredSplits splits without merging them (their rows of out unwritten), describes
-// them in *to and returns true; else it runs as pagedAttention and returns false. The partials
-// stay valid until the next attention launch.
+// wherever that saves a round of a block's loop, leaves the splits of tokens of at most
+// deferredSplits(numTokens, numHeads · headDim) splits as partials (their rows of out
+// unwritten), describes them in *to and returns true; else it runs as pagedAttention and
+// returns false. The partials stay valid until the next attention launch.
 bool pagedAttentionSplits(DType act, void* out, const void* qkv, KvCache c, const int32_t* blockTables,
                           int64_t maxBlocks, const int32_t* queryStarts, const int32_t* contextLens, int64_t numSeqs,
                           int64_t numTokens, HeadLayout l, float scale, SplitPartials* to);

@@ -81,11 +81,12 @@ constexpr size_t normBytes(int64_t in) { return size_t(in) * sizeof(bf16); }
 // longer than in, so that the 8 rows a warp's lanes read at one step start in different banks.
 __host__ __device__ constexpr int64_t mergedPitch(int64_t in) { return in + 8; }
 constexpr size_t mergedBytes(int n, int64_t in) { return size_t(n) * mergedPitch(in) * sizeof(bf16); }
-// MERGE's rows: a thread merges at most kMergeRuns runs of 8 of x (n · in / 8 over 256 threads),
-// all their loads in flight at once. One run after another, a round trip each, had made the o
-// projection at 2 and 4 rows of Qwen3-0.6B slower than attention's own merge had been.
-constexpr int kMergeRuns = 2;
-constexpr int64_t kMaxMergeIn = int64_t(kMergeRuns) * kWarps * 32 * 8;
+// MERGE's rows: a thread merges at most 2 runs of 8 of x (n · in / 8 over 256 threads), all their
+// loads in flight at once (attention_split.cuh's deferredSplits). One run after another, a round
+// trip each, had made the o projection at 2 and 4 rows of Qwen3-0.6B slower than attention's own
+// merge had been.
+static_assert(kWarps * 32 == kMergeThreads, "deferredSplits counts this kernel's threads");
+constexpr int64_t kMaxMergeIn = int64_t(2) * kMergeThreads * 8;
 // The most MERGE's rows take: n · in <= kMaxMergeIn, n <= kMaxRowsSmall (x through L1's rows).
 constexpr size_t kMaxMergedBytes = size_t(kMaxMergeIn + 8 * kMaxRowsSmall) * sizeof(bf16);
 
@@ -149,10 +150,11 @@ __device__ __forceinline__ int64_t firstOutput(const UnusedSlots& u, int64_t out
 // a fortieth-session prototype that read it there measured), each lane sums the squares of
 // the x it loads anyway, and the warps' sums meet with their partial sums.
 // MERGE: x is attention's output, left as its splits' partials (attention_split.cuh): after the
-// wait the block merges x's rows into shared memory (a run of 8 a thread, every split's loads
-// of a run at once), and reads x there; attention then never merges, which had cost it a
-// round trip and a ticket after its keys (attention_linear.cu). x through L1's path (no XR).
-template <int NG, bool XR, bool GATED, bool NORM, bool MERGE>
+// wait the block merges x's rows into shared memory (MERGE runs of 8 a thread, 1 or 2, every
+// split's loads at once) and reads x there, so attention need not merge a short context's
+// splits, which had cost it a round trip and a ticket after its keys (attention_linear.cu).
+// x through L1's path (no XR).
+template <int NG, bool XR, bool GATED, bool NORM, int MERGE>
 __global__ __launch_bounds__(kWarps * 32) void gemvMmaKernel(bf16* out, const bf16* x, const bf16* w, int64_t ldw,
                                                              const void* bias, DType biasType, int n, int64_t in,
                                                              int64_t outF, bool accumulate, UnusedSlots u,
@@ -235,19 +237,21 @@ __global__ __launch_bounds__(kWarps * 32) void gemvMmaKernel(bf16* out, const bf
     if (accumulate && v < NG * 4 * 32 && rowOf(v) < n && outputOf(v) < outF)
       prior[i] = toF(out[rowOf(v) * outF + outputOf(v)]);
   }
-  // MERGE: the thread's runs i of x (row i / (in / 8)), every load, then each merge (after the
-  // loads of out above, which are then in flight with them: issued after the merge, they had
-  // been a round trip of their own, and the o projection's merge at one row lost to attention's).
-  if constexpr (MERGE) {
+  // MERGE: the thread's runs i of x (row i / (in / 8)), every load, then each merge, after the
+  // loads of out above, which are then in flight with them. Issued after the merge, they had been
+  // a round trip of their own: Qwen3-0.6B at one sequence, GPU ms a step against attention then
+  // linear, 128 keys 0.626 against 0.621, 192 keys 0.632 against 0.659; issued before, 0.625
+  // against 0.627 and 0.625 against 0.658 (bench/decode_step.mjs; RESULTS, fifty-first session).
+  if constexpr (MERGE > 0) {
     const int runsPerRow = int(in / 8);
-    PendingRun runs[kMergeRuns];
+    PendingRun<kMaxRunSplits / MERGE> runs[MERGE];
 #pragma unroll
-    for (int k = 0; k < kMergeRuns; ++k) {
+    for (int k = 0; k < MERGE; ++k) {
       const int i = threadIdx.x + k * kWarps * 32, r = i / runsPerRow;
       if (r < n) runs[k].load(merge, r, splitsOfRow[r], (i - r * runsPerRow) * 8);
     }
 #pragma unroll
-    for (int k = 0; k < kMergeRuns; ++k) {
+    for (int k = 0; k < MERGE; ++k) {
       const int i = threadIdx.x + k * kWarps * 32, r = i / runsPerRow;
       if (r < n) *reinterpret_cast<uint4*>(merged + r * int(mergedPitch(in)) + (i - r * runsPerRow) * 8) = runs[k].merged();
     }
@@ -333,7 +337,7 @@ __global__ __launch_bounds__(kWarps * 32) void gemvMmaKernel(bf16* out, const bf
 
 // grid: the blocks of 16 rows (with u's slot layout, those of W and of the slots the rows use;
 // gated, of 8 outputs).
-template <int NG, bool XR, bool GATED, bool NORM, bool MERGE>
+template <int NG, bool XR, bool GATED, bool NORM, int MERGE>
 void launchGemvMma(bf16* out, const bf16* x, const bf16* w, int64_t ldw, const Weights* bias, int n, int64_t in,
                    int64_t outF, bool accumulate, const UnusedSlots& u, unsigned grid, const RowNorm& norm,
                    const SplitPartials& merge) {
@@ -379,7 +383,7 @@ bool normFits(int ng, bool xr, int64_t in, unsigned grid) {
   return int64_t(grid) <= int64_t(blocksPerSm(bytes)) * smCount();
 }
 
-template <bool XR, bool GATED, bool NORM, bool MERGE = false>
+template <bool XR, bool GATED, bool NORM, int MERGE = 0>
 void dispatchRows(bf16* out, const bf16* x, const bf16* w, int64_t ldw, const Weights* bias, int n, int64_t in,
                   int64_t outF, bool accumulate, const UnusedSlots& u, int64_t gridRows, const RowNorm& norm,
                   const SplitPartials& merge = {}) {
@@ -440,9 +444,12 @@ bool gemvMma(DType act, void* out, const void* x, Weights w, const Weights* bias
     slots = u;
     gridRows = u.from + std::min(n, (outF - u.from) / u.perSlot - 1) * u.perSlot;  // slot 0 aside
   }
-  if (merge)
-    dispatchRows<false, false, false, true>(o, nullptr, wp, ldw, bias, int(n), in, outF, accumulate, slots, gridRows, {},
-                                            *merge);
+  if (merge && n * in <= kMergeThreads * 8)  // a run of x a thread
+    dispatchRows<false, false, false, 1>(o, nullptr, wp, ldw, bias, int(n), in, outF, accumulate, slots, gridRows, {},
+                                         *merge);
+  else if (merge)
+    dispatchRows<false, false, false, 2>(o, nullptr, wp, ldw, bias, int(n), in, outF, accumulate, slots, gridRows, {},
+                                         *merge);
   else if (outF <= in) dispatchNorm<true>(o, xp, wp, ldw, bias, int(n), in, outF, accumulate, slots, gridRows, norm);
   else dispatchNorm<false>(o, xp, wp, ldw, bias, int(n), in, outF, accumulate, slots, gridRows, norm);
   return true;
