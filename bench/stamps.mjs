@@ -46,7 +46,6 @@ function stampsOf(graph) {
   });
 }
 
-
 /**
  * Layer LAYER's kernels (attention to attention), µs by kind over the whole step (first stamp to
  * last), the step's parts (before the first attention, its layers, after the last attention:

@@ -555,19 +555,6 @@ __global__ void combineKernel(Args p, bool streamed) {
   mergeSplits<T, 1>(p, t, blockIdx.y, used);
 }
 
-// mergePartials: a thread a run of 8 outputs (rows merged in attention left as they are).
-__global__ void mergeRunsKernel(bf16* out, SplitPartials s, int numTokens) {
-  awaitPrior();
-  const int width = s.numHeads * s.headDim, runs = width / 8;
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < numTokens * runs; i += gridDim.x * blockDim.x) {
-    const int t = i / runs, col = (i - t * runs) * 8, splits = s.splitsOf(t);
-    if (splits > s.maxDeferred) continue;
-    PendingRun<kMaxRunSplits> run;
-    run.load(s, t, splits, col);
-    *reinterpret_cast<uint4*>(out + t * width + col) = run.merged();
-  }
-}
-
 // A zeroed device buffer of Bytes for one use (Tag), allocated at the first call outside any
 // capture and kept (a captured graph keeps its address); null until then.
 template <typename Tag, size_t Bytes>
@@ -785,13 +772,6 @@ bool pagedAttentionSplits(DType act, void* out, const void* qkv, KvCache c, cons
                           int64_t maxBlocks, const int32_t* queryStarts, const int32_t* contextLens, int64_t numSeqs,
                           int64_t numTokens, HeadLayout l, float scale, SplitPartials* to) {
   return attend(act, out, qkv, c, blockTables, maxBlocks, queryStarts, contextLens, numSeqs, numTokens, l, scale, to);
-}
-
-void mergePartials(void* out, const SplitPartials& s, int64_t numTokens) {
-  const int64_t runs = numTokens * s.numHeads * s.headDim / 8;
-  if (runs == 0) return;
-  launch("pagedAttention partials merge kernel", mergeRunsKernel, unsigned(std::min<int64_t>(blocksFor(runs, 256), smCount() * 8)),
-      256, 0, static_cast<bf16*>(out), s, int(numTokens));
 }
 
 }  // namespace mstar::gpu

@@ -35,7 +35,8 @@ void pagedAttentionLinear(DType act, void* attn, const void* qkv, KvCache c, con
   } else if (pagedAttentionSplits(act, attn, qkv, c, blockTables, maxBlocks, queryStarts, contextLens, numSeqs,
                                   numTokens, l, scale, &partials)) {
     if (gemvMma(act, out, nullptr, w, bias, numTokens, in, outF, accumulate, unused, false, {}, &partials)) return;
-    mergePartials(attn, partials, numTokens);  // not reached while gemvMmaMerges and gemvMma agree
+    // gemvMma takes the merge wherever gemvMmaMerges said it would: attn holds only partials.
+    throw Error("pagedAttentionLinear: the projection declined to merge attention's splits");
   }
   linear(act, out, attn, w, bias, numTokens, in, outF, accumulate, {}, unused);
 }

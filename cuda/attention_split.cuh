@@ -74,12 +74,15 @@ struct SplitRule {
 // row of the output. (The projection's merge of more splits in batches, a round trip each, lost
 // to attention's own: Qwen3-0.6B at one sequence of 1024 keys, 16 splits in 4 batches, 0.750 ms
 // a step against 0.699; bench/RESULTS.md, fifty-first session.)
-constexpr int kMergeThreads = 256, kMaxRunSplits = 8;
+constexpr int kMergeThreads = 256, kMaxRunSplits = 8, kMaxMergeRuns = 2;
+// The runs of 8 of attention's output [rows, in] (in % 8 == 0) each of the projection's threads
+// merges.
+constexpr int64_t mergeRuns(int64_t rows, int64_t in) { return (rows * in / 8 + kMergeThreads - 1) / kMergeThreads; }
 // The most splits of a token that the projection merges, for a step of `rows` rows of `in`
-// outputs (in % 8 == 0): 0 where a thread would take more than two runs.
+// outputs: 0 where a thread would take more than kMaxMergeRuns runs.
 constexpr int deferredSplits(int64_t rows, int64_t in) {
-  const int64_t runs = (rows * in / 8 + kMergeThreads - 1) / kMergeThreads;
-  return runs <= 1 ? kMaxRunSplits : runs == 2 ? kMaxRunSplits / 2 : 0;
+  const int64_t runs = mergeRuns(rows, in);
+  return runs <= 1 ? kMaxRunSplits : runs <= kMaxMergeRuns ? int(kMaxRunSplits / runs) : 0;
 }
 
 // A decode attention's output left as its splits' partials for the projection after it to
@@ -172,8 +175,5 @@ struct PendingRun {
 bool pagedAttentionSplits(DType act, void* out, const void* qkv, KvCache c, const int32_t* blockTables,
                           int64_t maxBlocks, const int32_t* queryStarts, const int32_t* contextLens, int64_t numSeqs,
                           int64_t numTokens, HeadLayout l, float scale, SplitPartials* to);
-// The rows of out [numTokens, numHeads · headDim] (bf16) that attention left as partials: where
-// no GEMV merged them.
-void mergePartials(void* out, const SplitPartials& s, int64_t numTokens);
 
 }  // namespace mstar::gpu

@@ -81,12 +81,11 @@ constexpr size_t normBytes(int64_t in) { return size_t(in) * sizeof(bf16); }
 // longer than in, so that the 8 rows a warp's lanes read at one step start in different banks.
 __host__ __device__ constexpr int64_t mergedPitch(int64_t in) { return in + 8; }
 constexpr size_t mergedBytes(int n, int64_t in) { return size_t(n) * mergedPitch(in) * sizeof(bf16); }
-// MERGE's rows: a thread merges at most 2 runs of 8 of x (n · in / 8 over 256 threads), all their
-// loads in flight at once (attention_split.cuh's deferredSplits). One run after another, a round
-// trip each, had made the o projection at 2 and 4 rows of Qwen3-0.6B slower than attention's own
-// merge had been.
-static_assert(kWarps * 32 == kMergeThreads, "deferredSplits counts this kernel's threads");
-constexpr int64_t kMaxMergeIn = int64_t(2) * kMergeThreads * 8;
+// MERGE's rows: a thread merges at most kMaxMergeRuns runs of 8 of x (attention_split.cuh's
+// mergeRuns), all their loads in flight at once. One run after another, a round trip each, had
+// made the o projection at 2 and 4 rows of Qwen3-0.6B slower than attention's own merge had been.
+static_assert(kWarps * 32 == kMergeThreads, "mergeRuns counts this kernel's threads");
+constexpr int64_t kMaxMergeIn = int64_t(kMaxMergeRuns) * kMergeThreads * 8;
 // The most MERGE's rows take: n · in <= kMaxMergeIn, n <= kMaxRowsSmall (x through L1's rows).
 constexpr size_t kMaxMergedBytes = size_t(kMaxMergeIn + 8 * kMaxRowsSmall) * sizeof(bf16);
 
@@ -415,7 +414,7 @@ GemvMmaFit gemvMmaFit(int64_t n, int64_t in, int64_t outF) {
 
 bool gemvMmaMerges(DType act, Weights w, int64_t n, int64_t in, int64_t outF) {
   return act == DType::BF16 && w.dtype == DType::BF16 && gemvMmaFit(n, in, outF) != GemvMmaFit::None &&
-         n <= kMaxRowsSmall && n * in <= kMaxMergeIn && runsOf8(w.data, w.ld ? w.ld : in, sizeof(bf16));
+         n <= kMaxRowsSmall && mergeRuns(n, in) <= kMaxMergeRuns && runsOf8(w.data, w.ld ? w.ld : in, sizeof(bf16));
 }
 
 bool gemvMma(DType act, void* out, const void* x, Weights w, const Weights* bias, int64_t n, int64_t in, int64_t outF,
@@ -444,7 +443,7 @@ bool gemvMma(DType act, void* out, const void* x, Weights w, const Weights* bias
     slots = u;
     gridRows = u.from + std::min(n, (outF - u.from) / u.perSlot - 1) * u.perSlot;  // slot 0 aside
   }
-  if (merge && n * in <= kMergeThreads * 8)  // a run of x a thread
+  if (merge && mergeRuns(n, in) == 1)
     dispatchRows<false, false, false, 1>(o, nullptr, wp, ldw, bias, int(n), in, outF, accumulate, slots, gridRows, {},
                                          *merge);
   else if (merge)
